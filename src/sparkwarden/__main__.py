@@ -1,0 +1,3 @@
+from sparkwarden.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""The vLLM OpenAI server: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/metrics``.
+
+``/health`` lies (an empty 200 over a dead EngineCore), so the only proof of life is a real chat
+request; the pure functions here say what a response means, the client only moves bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+HealthStatus = Literal["up", "loading", "dead", "no-answer"]
+
+PROBE_PROMPT = "Reply with the single word: ready"
+
+
+@dataclass(frozen=True)
+class Health:
+    status: HealthStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class ChatOutcome:
+    ok: bool
+    detail: str
+    content: str = ""
+
+
+def chat_body(model: str, max_tokens: int = 8) -> dict[str, Any]:
+    """A short deterministic request; thinking off so a Qwen3 model answers within the tokens."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+def error_message(payload: object) -> str | None:
+    """The message of either vLLM error shape: nested ``{"error": {...}}`` or flat."""
+    if not isinstance(payload, dict):
+        return None
+    err = payload.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or "error")
+    if isinstance(err, str):
+        return err
+    if payload.get("object") == "error":
+        return str(payload.get("message") or "error")
+    return None
+
+
+def interpret_chat(status_code: int, text: str) -> ChatOutcome:
+    """Success only for HTTP 200 carrying a well-formed first choice."""
+    try:
+        payload = json.loads(text) if text else None
+    except ValueError:
+        payload = None
+    message = error_message(payload)
+    if status_code != 200:
+        reason = message or (text[:200] if text else "empty body")
+        return ChatOutcome(False, f"HTTP {status_code}: {reason}")
+    if message is not None:
+        return ChatOutcome(False, f"HTTP 200 carrying an error: {message}")
+    if not isinstance(payload, dict):
+        return ChatOutcome(False, "HTTP 200 but the body is not a JSON object")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return ChatOutcome(False, "HTTP 200 but no choices in the answer")
+    choice = choices[0]
+    msg = choice.get("message")
+    if not isinstance(msg, dict) or not isinstance(msg.get("content"), str | None):
+        return ChatOutcome(False, "HTTP 200 but choices[0].message is malformed")
+    finish = choice.get("finish_reason")
+    if finish not in ("stop", "length"):
+        return ChatOutcome(False, f"HTTP 200 but finish_reason is {finish!r}")
+    content = msg.get("content") or ""
+    return ChatOutcome(True, f"answered {content[:40]!r} (finish_reason {finish})", content)
+
+
+def first_model(payload: object) -> str | None:
+    """The served name from ``/v1/models``."""
+    if isinstance(payload, dict) and isinstance(payload.get("data"), list):
+        for entry in payload["data"]:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                return str(entry["id"])
+    return None
+
+
+class VllmClient:
+    """A thin httpx client; the API key goes in a header and nowhere else."""
+
+    def __init__(self, base_url: str, api_key: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers)
+
+    def health(self, timeout: float = 10.0) -> Health:
+        try:
+            response = self._http.get("/health", timeout=timeout)
+        except httpx.ConnectError:
+            return Health("loading", "connection refused (loading or not started)")
+        except httpx.TimeoutException:
+            return Health("no-answer", f"no answer within {timeout:g}s")
+        except httpx.HTTPError as exc:
+            return Health("no-answer", f"{type(exc).__name__}: {exc}")
+        if response.status_code == 200:
+            return Health("up", "HTTP 200")
+        return Health("dead", f"HTTP {response.status_code}")
+
+    def served_model(self, timeout: float = 30.0) -> str | None:
+        try:
+            response = self._http.get("/v1/models", timeout=timeout)
+            return first_model(response.json()) if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        try:
+            response = self._http.post(
+                "/v1/chat/completions",
+                json=chat_body(model),
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            )
+        except httpx.TimeoutException:
+            return ChatOutcome(False, f"no answer within {timeout:g}s")
+        except httpx.HTTPError as exc:
+            return ChatOutcome(False, f"{type(exc).__name__}: {exc}")
+        return interpret_chat(response.status_code, response.text)
+
+    def metrics(self, timeout: float = 10.0) -> str | None:
+        try:
+            response = self._http.get("/metrics", timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return response.text if response.status_code == 200 else None
+
+    def close(self) -> None:
+        self._http.close()

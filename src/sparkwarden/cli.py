@@ -1,0 +1,88 @@
+"""The front door: parse arguments, load config, hand over to one action.
+
+Exit codes are a contract: 0 all well, 1 the run failed (or the lock was busy), 2 bad config or
+usage. Actions are imported lazily so ``sparkwarden status`` over SSH stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"sparkwarden: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sparkwarden", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $SPARKWARDEN_CONFIG, else /etc/sparkwarden/sparkwarden.toml)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    restart = sub.add_parser("restart", help="run the safe restart sequence now, in the foreground")
+    restart.add_argument("--reason", default="manual", help="why, for the journal (default manual)")
+    restart.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
+
+    history = sub.add_parser("history", help="list past runs, newest first")
+    history.add_argument("--json", action="store_true", help="machine-readable output")
+    history.add_argument("--limit", type=_positive_int, default=20, help="how many runs (20)")
+
+    sub.add_parser("check-config", help="validate the config and print the effective values")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from sparkwarden import config as config_mod
+    from sparkwarden import logs
+    from sparkwarden.errors import ConfigError, SparkwardenError
+
+    logs.setup()
+    try:
+        config = config_mod.load(args.config)
+    except ConfigError as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.command == "check-config":
+            from sparkwarden.actions import check_config
+
+            return check_config.run(config, config_mod.resolve_path(args.config))
+        if args.command == "restart":
+            from sparkwarden.actions import restart
+
+            return restart.run(config, reason=args.reason, dry_run=args.dry_run)
+        if args.command == "history":
+            from sparkwarden.actions import history
+
+            return history.run(config, as_json=args.json, limit=args.limit)
+    except SparkwardenError as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

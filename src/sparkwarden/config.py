@@ -1,0 +1,214 @@
+"""The config schema: the one source of every default and every check.
+
+A bad file must stop sparkwarden before it touches a container, with a message that names the
+key and says what is wrong, so every field is validated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sparkwarden.errors import ConfigError
+
+DEFAULT_PATH = Path("/etc/sparkwarden/sparkwarden.toml")
+ENV_PATH = "SPARKWARDEN_CONFIG"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``"90s"``, ``"20m"``, ``"1h30m"``, ``"20h"`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError(
+            "expected a duration such as '90s', '20m', '20h' or seconds, got a boolean"
+        )
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            seconds = float(text)
+        elif text and re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+            seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
+        else:
+            raise ValueError(
+                f"invalid duration {value!r}: use '90s', '20m', '20h', '1h30m' or seconds"
+            )
+    else:
+        raise ValueError(
+            f"expected a duration such as '90s' or seconds, got {type(value).__name__}"
+        )
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError(f"invalid duration {value!r}")
+    if seconds < 0:
+        raise ValueError(f"duration {value!r} is negative")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling, so ``check-config`` prints what an operator would write."""
+    if seconds == 0:
+        return "0s"
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds:g}s"
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
+PositiveDuration = Annotated[Duration, Field(gt=0)]
+ContainerName = Annotated[str, Field(min_length=1, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LlmConfig(_Section):
+    """The vLLM containers, of which exactly one is active at a time."""
+
+    containers: Annotated[list[ContainerName], Field(min_length=1)]
+    base_url: str
+    stop_timeout: PositiveDuration = 120.0
+    health_timeout: PositiveDuration = 1200.0
+    probe_timeout: PositiveDuration = 180.0
+    poll_interval: PositiveDuration = 1.0
+    api_key_file: Path | None = None
+    model: str | None = None
+
+    @field_validator("containers")
+    @classmethod
+    def _unique(cls, names: list[str]) -> list[str]:
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"listed more than once: {', '.join(duplicated)}")
+        return names
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url.rstrip("/")
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _readable(cls, path: Path | None) -> Path | None:
+        if path is not None and not os.access(path, os.R_OK):
+            raise ValueError(f"{str(path)!r} does not exist or is not readable")
+        return path
+
+    def api_key(self) -> str | None:
+        """The Bearer token, read when needed so it never sits in a printed config."""
+        if self.api_key_file is None:
+            return os.environ.get("SPARKWARDEN_LLM_API_KEY") or None
+        return self.api_key_file.read_text().strip() or None
+
+
+class VoiceConfig(_Section):
+    """Speech containers that share unified memory and must be quiet while the LLM reloads."""
+
+    containers: list[ContainerName] = []
+    mode: Literal["pause", "stop"] = "pause"
+    stop_timeout: PositiveDuration = 30.0
+
+
+class MemoryConfig(_Section):
+    """The gate before ``docker start``: a start into ghost memory kills the new engine."""
+
+    start_min_available_gib: Annotated[float, Field(gt=0)] = 60.0
+    start_wait: PositiveDuration = 180.0
+    drop_interval: PositiveDuration = 5.0
+
+
+class StateConfig(_Section):
+    dir: Path = Path("/var/lib/sparkwarden")
+
+
+class DockerConfig(_Section):
+    """How long one Docker API call may take, and how long to retry while dockerd is away."""
+
+    timeout: PositiveDuration = 60.0
+    retry_for: Duration = 60.0
+
+
+class Config(_Section):
+    llm: LlmConfig
+    voice: VoiceConfig = VoiceConfig()
+    memory: MemoryConfig = MemoryConfig()
+    state: StateConfig = StateConfig()
+    docker: DockerConfig = DockerConfig()
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Config:
+        both = sorted(set(self.llm.containers) & set(self.voice.containers))
+        if both:
+            raise ValueError(f"containers listed as both llm and voice: {', '.join(both)}")
+        return self
+
+
+def resolve_path(explicit: str | Path | None) -> Path:
+    """``--config`` wins, then ``$SPARKWARDEN_CONFIG``, then the system path."""
+    if explicit:
+        return Path(explicit)
+    from_env = os.environ.get(ENV_PATH)
+    return Path(from_env) if from_env else DEFAULT_PATH
+
+
+def load(explicit: str | Path | None = None) -> Config:
+    """Read, parse and validate the config, or raise :class:`ConfigError` naming the problem."""
+    path = resolve_path(explicit)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
+    return parse(data, source=str(path))
+
+
+def parse(data: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_describe(e) for e in exc.errors())) from None
+
+
+def _describe(error: Any) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown key"
+    if error["type"] == "missing":
+        return f"{key}: required key is missing"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{key}: {message}"
+
+
+def effective(config: Config) -> dict[str, Any]:
+    """The config with every default filled in, in TOML-ready types."""
+    return config.model_dump(mode="json", exclude_none=True)

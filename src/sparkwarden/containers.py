@@ -1,0 +1,79 @@
+"""What sparkwarden knows of a container, and the pure choice of which LLM is the active one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sparkwarden.errors import ContainerError
+
+# Docker's zero time: a container that never started or never stopped.
+_NEVER = "0001-01-01T00:00:00Z"
+
+#: Docker statuses in which a container holds its memory and counts as "up".
+UP_STATUSES = frozenset({"running", "paused", "restarting"})
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """The fields of ``docker inspect`` that decisions need, and nothing else."""
+
+    name: str
+    id: str
+    status: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int
+    oom_killed: bool
+
+    @property
+    def up(self) -> bool:
+        return self.status in UP_STATUSES
+
+    @classmethod
+    def from_inspect(cls, attrs: dict[str, Any]) -> ContainerState:
+        state = attrs.get("State", {})
+        return cls(
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            id=str(attrs.get("Id", "")),
+            status=str(state.get("Status", "unknown")),
+            started_at=parse_docker_time(state.get("StartedAt")),
+            finished_at=parse_docker_time(state.get("FinishedAt")),
+            exit_code=int(state.get("ExitCode") or 0),
+            oom_killed=bool(state.get("OOMKilled")),
+        )
+
+    def uptime_s(self, now: datetime) -> float | None:
+        if self.status != "running" or self.started_at is None:
+            return None
+        return max(0.0, (now - self.started_at).total_seconds())
+
+
+def parse_docker_time(value: object) -> datetime | None:
+    """Docker's RFC 3339 time with nanoseconds, or None for its zero time."""
+    if not isinstance(value, str) or not value or value.startswith(_NEVER[:10]):
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def choose_active(states: list[ContainerState], remembered: str | None) -> ContainerState:
+    """The candidate that is up; after a crash, the one that ran last.
+
+    Two up at once is an error, not a guess: restarting the wrong one could leave two engines
+    fighting for unified memory.
+    """
+    up = [s for s in states if s.up]
+    if len(up) > 1:
+        names = ", ".join(f"{s.name} ({s.status})" for s in up)
+        raise ContainerError(f"several LLM candidates are up at once: {names}; stop all but one")
+    if up:
+        return up[0]
+    ran = [s for s in states if s.finished_at is not None]
+    if ran:
+        return max(ran, key=lambda s: s.finished_at or datetime.min)
+    for state in states:
+        if state.name == remembered:
+            return state
+    names = ", ".join(s.name for s in states)
+    raise ContainerError(f"no LLM candidate is running and none has run before: {names}")

@@ -1,0 +1,35 @@
+"""Errors a user can act on. Each carries what went wrong in words, never a traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class SparkwardenError(Exception):
+    """Base of every error sparkwarden reports to an operator."""
+
+
+class ConfigError(SparkwardenError):
+    """The config file is missing, unreadable or invalid. Exit code 2; nothing is touched."""
+
+
+class LockBusy(SparkwardenError):
+    """Another sequence holds the lock. Two sequences at once could stop a freshly started LLM."""
+
+
+class ContainerError(SparkwardenError):
+    """A configured container is missing, ambiguous or refuses an operation."""
+
+
+class NoSuchContainer(ContainerError):
+    """A configured name that Docker does not know: a typo, or a container renamed or removed."""
+
+
+class StepFailed(SparkwardenError):
+    """A step of the restart sequence failed; ``step`` names it and ``detail`` holds the figures."""
+
+    def __init__(self, step: str, message: str, detail: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.detail: dict[str, Any] = dict(detail or {})

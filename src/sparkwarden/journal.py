@@ -1,0 +1,246 @@
+"""The run journal in SQLite: every run and step written before and after it acts.
+
+A run still marked ``running`` when nobody holds the lock was cut short by a crash; what it wrote
+before each action (which voice containers it paused, whether it stopped the LLM) is exactly what
+a repair needs to put the box back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
+StepResult = Literal["ok", "failed", "skipped", "running"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    reason TEXT NOT NULL,
+    result TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    container TEXT,
+    container_id TEXT,
+    error TEXT,
+    pid INTEGER,
+    plan TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS steps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    name TEXT NOT NULL,
+    result TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    duration_s REAL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
+"""
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class StepRecord:
+    name: str
+    result: StepResult
+    started_at: float
+    duration_s: float | None
+    detail: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "result": self.result,
+            "started_at": iso(self.started_at),
+            "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class RunRecord:
+    id: int
+    reason: str
+    result: RunResult
+    started_at: float
+    ended_at: float | None
+    container: str | None
+    container_id: str | None
+    error: str | None
+    pid: int | None
+    plan: dict[str, Any]
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "reason": self.reason,
+            "result": self.result,
+            "started_at": iso(self.started_at),
+            "ended_at": iso(self.ended_at),
+            "duration_s": None if self.duration_s is None else round(self.duration_s, 3),
+            "container": self.container,
+            "container_id": self.container_id,
+            "error": self.error,
+            "plan": self.plan,
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+class Journal:
+    def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.path = state_dir / "journal.sqlite3"
+        self._clock = clock
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        os.chmod(self.path, 0o640)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def begin_run(self, reason: str, result: RunResult = "running") -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO runs (reason, result, started_at, pid) VALUES (?, ?, ?, ?)",
+                (reason, result, self._clock(), os.getpid()),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def set_container(self, run_id: int, name: str, container_id: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET container = ?, container_id = ? WHERE id = ?",
+                (name, container_id, run_id),
+            )
+
+    def remember(self, run_id: int, **facts: Any) -> None:
+        """Merge facts into the run's plan: written *before* the action they describe."""
+        with self._tx() as db:
+            row = db.execute("SELECT plan FROM runs WHERE id = ?", (run_id,)).fetchone()
+            plan = json.loads(row["plan"]) if row else {}
+            plan.update(facts)
+            db.execute("UPDATE runs SET plan = ? WHERE id = ?", (json.dumps(plan), run_id))
+
+    def begin_step(self, run_id: int, name: str) -> int:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO steps (run_id, name, result, started_at) VALUES (?, ?, 'running', ?)",
+                (run_id, name, self._clock()),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def end_step(self, step_id: int, result: StepResult, detail: dict[str, Any]) -> float:
+        """Close a step; returns its duration in seconds."""
+        with self._tx() as db:
+            row = db.execute("SELECT started_at FROM steps WHERE id = ?", (step_id,)).fetchone()
+            duration = self._clock() - float(row["started_at"])
+            db.execute(
+                "UPDATE steps SET result = ?, duration_s = ?, detail = ? WHERE id = ?",
+                (result, duration, json.dumps(detail, default=str), step_id),
+            )
+        return duration
+
+    def end_run(self, run_id: int, result: RunResult, error: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET result = ?, ended_at = ?, error = ? WHERE id = ?",
+                (result, self._clock(), error, run_id),
+            )
+
+    def mark_interrupted(self, run_id: int, note: str) -> None:
+        """Close a run a crash cut short, and the step it was in."""
+        with self._tx() as db:
+            now = self._clock()
+            db.execute(
+                "UPDATE steps SET result = 'failed', duration_s = ? - started_at,"
+                " detail = json_set(detail, '$.interrupted', json('true'))"
+                " WHERE run_id = ? AND result = 'running'",
+                (now, run_id),
+            )
+            db.execute(
+                "UPDATE runs SET result = 'interrupted', ended_at = ?, error = ? WHERE id = ?",
+                (now, note, run_id),
+            )
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def runs(self, limit: int = 20) -> list[RunRecord]:
+        rows = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [self._with_steps(row) for row in rows]
+
+    def run(self, run_id: int) -> RunRecord | None:
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return self._with_steps(row) if row else None
+
+    def unfinished(self) -> list[RunRecord]:
+        rows = self._db.execute(
+            "SELECT * FROM runs WHERE result = 'running' ORDER BY id"
+        ).fetchall()
+        return [self._with_steps(row) for row in rows]
+
+    def last_container(self) -> str | None:
+        row = self._db.execute(
+            "SELECT container FROM runs WHERE container IS NOT NULL ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else str(row["container"])
+
+    def _with_steps(self, row: sqlite3.Row) -> RunRecord:
+        steps = [
+            StepRecord(
+                name=s["name"],
+                result=s["result"],
+                started_at=s["started_at"],
+                duration_s=s["duration_s"],
+                detail=json.loads(s["detail"]),
+            )
+            for s in self._db.execute(
+                "SELECT * FROM steps WHERE run_id = ? ORDER BY id", (row["id"],)
+            )
+        ]
+        return RunRecord(
+            id=row["id"],
+            reason=row["reason"],
+            result=row["result"],
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            container=row["container"],
+            container_id=row["container_id"],
+            error=row["error"],
+            pid=row["pid"],
+            plan=json.loads(row["plan"]),
+            steps=steps,
+        )
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,480 @@
+"""The safe restart sequence, top to bottom. This file is the answer to "what does it do?".
+
+``docker restart`` kills the engine on a DGX Spark: the stopped vLLM leaves ~90 GiB of unified
+memory the driver has not returned, and a container started at once dies in it. So:
+
+1. ``detect``        which LLM candidate is active (after a crash: the one that ran last)
+2. ``pause_voice``   pause the speech containers that are running (they hold unified memory)
+3. ``stop_llm``      ``docker stop`` with a long timeout (10 s SIGKILLs vLLM mid-teardown)
+4. ``drop_caches``   ``sync`` + drop caches until ``MemAvailable`` clears the start gate
+5. ``start_llm``     ``docker start`` the *same* container: same ID, same flags
+6. ``wait_health``   poll ``/health``; connection refused means "still loading"
+7. ``chat_probe``    one real chat request, because ``/health`` can be 200 over a dead engine
+8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
+
+Every step is written to the journal before and after it acts, so a run cut short by a crash of
+sparkwarden itself can be finished later (reason ``repair``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from sparkwarden import logs
+from sparkwarden.adapters.docker_engine import DockerEngine
+from sparkwarden.adapters.host import Host
+from sparkwarden.adapters.vllm import VllmClient
+from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState, choose_active
+from sparkwarden.errors import SparkwardenError, StepFailed
+from sparkwarden.journal import Journal, StepResult
+
+STEPS: Final = (
+    "detect",
+    "pause_voice",
+    "stop_llm",
+    "drop_caches",
+    "start_llm",
+    "wait_health",
+    "chat_probe",
+    "resume_voice",
+)
+
+#: Exit code of a process ended by SIGKILL: ``docker stop`` ran out of patience.
+_SIGKILL_EXIT = 137
+
+log = logs.get("sparkwarden.sequence")
+
+
+@dataclass
+class Parts:
+    """The adapters a sequence drives, and the clock it waits on (fakes in unit tests)."""
+
+    docker: DockerEngine
+    vllm: VllmClient
+    host: Host
+    journal: Journal
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def from_config(cls, config: Config) -> Parts:
+        return cls(
+            docker=DockerEngine(timeout=config.docker.timeout, retry_for=config.docker.retry_for),
+            vllm=VllmClient(config.llm.base_url, config.llm.api_key()),
+            host=Host(),
+            journal=Journal(config.state.dir),
+        )
+
+    def close(self) -> None:
+        self.docker.close()
+        self.vllm.close()
+        self.journal.close()
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """What an observer (the CLI's progress lines, the daemon's STATUS=) is told of a step."""
+
+    phase: Literal["begin", "end"]
+    name: str
+    index: int
+    result: StepResult = "running"
+    summary: str = ""
+    duration_s: float = 0.0
+
+
+Observer = Callable[[StepEvent], None]
+
+
+@dataclass(frozen=True)
+class Done:
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: int
+    ok: bool
+    container: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a repair picks up an interrupted run: what it had paused and stopped."""
+
+    container: str
+    voice_paused: list[str]
+
+
+def restart(
+    config: Config,
+    reason: str,
+    parts: Parts,
+    observer: Observer | None = None,
+    resume: Resume | None = None,
+) -> Outcome:
+    """Run the whole sequence once. The caller holds the run lock."""
+    run = _Run(config, parts, parts.journal.begin_run(reason), observer or (lambda _e: None))
+    log.info("run_started", run=run.id, reason=reason)
+    error: str | None = None
+    try:
+        active = run.step("detect", lambda: run.detect(resume))
+        run.step("pause_voice", lambda: run.pause_voice(resume))
+        run.step("stop_llm", lambda: run.stop_llm(active))
+        run.step("drop_caches", run.drop_caches)
+        run.step("start_llm", lambda: run.start_llm(active))
+        run.step("wait_health", lambda: run.wait_health(active))
+        run.step("chat_probe", run.chat_probe)
+    except SparkwardenError as exc:
+        error = str(exc)
+    except Exception as exc:  # a bug must still end with voice resumed and the run recorded
+        log.exception("run_internal_error", run=run.id)
+        error = f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        run.skip_untaken()
+        try:
+            run.step("resume_voice", run.resume_voice)
+        except SparkwardenError as exc:
+            error = f"{error}; {exc}" if error else str(exc)
+    parts.journal.end_run(run.id, "failed" if error else "ok", error)
+    log.info(
+        "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
+    )
+    return Outcome(run.id, error is None, run.container.name if run.container else None, error)
+
+
+class _Run:
+    """The state of one run and its steps; each step method returns a :class:`Done`."""
+
+    def __init__(self, config: Config, parts: Parts, run_id: int, observer: Observer) -> None:
+        self.config = config
+        self.parts = parts
+        self.id = run_id
+        self.observer = observer
+        self.container: ContainerState | None = None
+        self.paused: list[str] = []
+        self.taken: set[str] = set()
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def step(self, name: str, action: Callable[[], Done | tuple[Any, Done]]) -> Any:
+        """Journal a step before and after it runs, and tell the observer."""
+        index = STEPS.index(name) + 1
+        self.taken.add(name)
+        step_id = self.parts.journal.begin_step(self.id, name)
+        self.observer(StepEvent("begin", name, index))
+        log.info("step_started", run=self.id, step=name)
+        value: Any = None
+        try:
+            produced = action()
+            value, done = produced if isinstance(produced, tuple) else (None, produced)
+        except Exception as exc:
+            detail = exc.detail if isinstance(exc, StepFailed) else {}
+            detail = {**detail, "error": str(exc)}
+            duration = self.parts.journal.end_step(step_id, "failed", detail)
+            self.observer(StepEvent("end", name, index, "failed", str(exc), duration))
+            log.error("step_failed", run=self.id, step=name, error=str(exc), **_flat(detail))
+            raise
+        result: StepResult = "skipped" if done.skipped else "ok"
+        duration = self.parts.journal.end_step(
+            step_id, result, {"summary": done.summary, **done.detail}
+        )
+        self.observer(StepEvent("end", name, index, result, done.summary, duration))
+        log.info(
+            "step_ended",
+            run=self.id,
+            step=name,
+            result=result,
+            seconds=round(duration, 3),
+            summary=done.summary,
+        )
+        return value
+
+    def skip_untaken(self) -> None:
+        """Record the steps a failure jumped over, so history shows the whole plan."""
+        for name in STEPS[:-1]:
+            if name not in self.taken:
+                self.step(name, lambda: Done("not reached: an earlier step failed", skipped=True))
+
+    # --- the steps -----------------------------------------------------------------------------
+
+    def detect(self, resume: Resume | None) -> tuple[ContainerState, Done]:
+        docker, journal = self.parts.docker, self.parts.journal
+        states = [docker.inspect(name) for name in self.config.llm.containers]
+        for name in self.config.voice.containers:
+            docker.inspect(name)  # a missing voice container fails here, before anything moved
+        remembered = resume.container if resume else journal.last_container()
+        if resume:
+            active = next(s for s in states if s.name == resume.container)
+        else:
+            active = choose_active(states, remembered)
+        self.container = active
+        journal.set_container(self.id, active.name, active.id)
+        candidates = {s.name: s.status for s in states}
+        return active, Done(
+            f"{active.name} ({active.status}, id {active.id[:12]})",
+            {
+                "container": active.name,
+                "id": active.id,
+                "status": active.status,
+                "candidates": candidates,
+            },
+        )
+
+    def pause_voice(self, resume: Resume | None) -> Done:
+        docker, voice = self.parts.docker, self.config.voice
+        if resume:
+            self.paused = list(resume.voice_paused)
+            self.parts.journal.remember(self.id, voice_paused=self.paused, voice_mode=voice.mode)
+            return Done(
+                f"adopted from the interrupted run: {_names(self.paused)}",
+                {"adopted": self.paused},
+                skipped=True,
+            )
+        states = {name: docker.inspect(name).status for name in voice.containers}
+        to_quiet = [name for name, status in states.items() if status == "running"]
+        left_alone = {name: status for name, status in states.items() if status != "running"}
+        # Written before acting: a crash between here and resume_voice leaves the list to repair.
+        self.parts.journal.remember(self.id, voice_paused=to_quiet, voice_mode=voice.mode)
+        for name in to_quiet:
+            if voice.mode == "pause":
+                docker.pause(name)
+            else:
+                docker.stop(name, voice.stop_timeout)
+            self.paused.append(name)
+        verb = "paused" if voice.mode == "pause" else "stopped"
+        summary = f"{verb} {_names(self.paused)}"
+        if left_alone:
+            summary += "; left as they were: " + ", ".join(
+                f"{n} ({s})" for n, s in left_alone.items()
+            )
+        return Done(summary, {verb: self.paused, "left_alone": left_alone})
+
+    def stop_llm(self, active: ContainerState) -> Done:
+        docker, timeout = self.parts.docker, self.config.llm.stop_timeout
+        current = docker.inspect(active.name)
+        if not current.up:
+            return Done(
+                f"was not running ({current.status}, exit code {current.exit_code})",
+                {
+                    "status": current.status,
+                    "exit_code": current.exit_code,
+                    "oom_killed": current.oom_killed,
+                },
+                skipped=True,
+            )
+        self.parts.journal.remember(self.id, llm_stopped=True)
+        began = self.parts.monotonic()
+        docker.stop(active.name, timeout)
+        seconds = self.parts.monotonic() - began
+        after = docker.inspect(active.name)
+        if after.up:
+            raise StepFailed("stop_llm", f"{active.name} is still {after.status} after docker stop")
+        killed = after.exit_code == _SIGKILL_EXIT
+        how = f"killed after the {timeout:g}s stop timeout" if killed else "exited by itself"
+        return Done(
+            f"{how} in {seconds:.1f}s (exit code {after.exit_code})",
+            {"exit_code": after.exit_code, "killed": killed, "seconds": round(seconds, 3)},
+        )
+
+    def drop_caches(self) -> Done:
+        host, mem = self.parts.host, self.config.memory
+        gate = mem.start_min_available_gib
+        before = host.memory()
+        deadline = self.parts.monotonic() + mem.start_wait
+        drops = 0
+        while True:
+            host.drop_caches()
+            drops += 1
+            now = host.memory()
+            figures = {
+                "available_before_gib": round(before.available_gib, 2),
+                "available_after_gib": round(now.available_gib, 2),
+                "total_gib": round(now.total_gib, 2),
+                "gate_gib": gate,
+                "drops": drops,
+            }
+            if now.available_gib >= gate:
+                return Done(
+                    f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
+                    f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})",
+                    figures,
+                )
+            if self.parts.monotonic() + mem.drop_interval > deadline:
+                raise StepFailed(
+                    "drop_caches",
+                    f"memory did not come back: {now.available_gib:.1f} GiB available after "
+                    f"{mem.start_wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
+                    "into ghost memory",
+                    figures,
+                )
+            log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
+            self.parts.sleep(mem.drop_interval)
+
+    def start_llm(self, active: ContainerState) -> Done:
+        docker = self.parts.docker
+        docker.start(active.name)
+        after = docker.inspect(active.name)
+        if after.id != active.id:
+            raise StepFailed(
+                "start_llm",
+                f"{active.name} now has id {after.id[:12]}, "
+                f"not {active.id[:12]}: it was recreated behind sparkwarden's back",
+            )
+        return Done(
+            f"started {active.name} (same id {after.id[:12]})",
+            {
+                "id": after.id,
+                "status": after.status,
+                "started_at": after.started_at.isoformat() if after.started_at else None,
+            },
+        )
+
+    def wait_health(self, active: ContainerState) -> Done:
+        llm, parts = self.config.llm, self.parts
+        began = parts.monotonic()
+        deadline = began + llm.health_timeout
+        polls, next_note = 0, began + 15.0
+        while True:
+            polls += 1
+            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
+            elapsed = parts.monotonic() - began
+            if health.status == "up":
+                return Done(
+                    f"healthy after {elapsed:.1f}s ({polls} polls)",
+                    {"seconds": round(elapsed, 3), "polls": polls},
+                )
+            state = parts.docker.inspect(active.name)
+            if not state.up:
+                raise StepFailed(
+                    "wait_health",
+                    f"{active.name} exited with code {state.exit_code} while loading"
+                    + (" (OOM-killed)" if state.oom_killed else ""),
+                    {
+                        "seconds": round(elapsed, 3),
+                        "exit_code": state.exit_code,
+                        "oom_killed": state.oom_killed,
+                    },
+                )
+            if parts.monotonic() + llm.poll_interval > deadline:
+                raise StepFailed(
+                    "wait_health",
+                    f"not healthy within {llm.health_timeout:g}s; last answer: {health.detail}",
+                    {"seconds": round(elapsed, 3), "polls": polls, "last": health.detail},
+                )
+            if parts.monotonic() >= next_note:
+                log.info("still_loading", seconds=round(elapsed), last=health.detail)
+                self.observer(
+                    StepEvent(
+                        "begin",
+                        "wait_health",
+                        STEPS.index("wait_health") + 1,
+                        summary=f"{elapsed:.0f}s: {health.detail}",
+                    )
+                )
+                next_note += 15.0
+            parts.sleep(llm.poll_interval)
+
+    def chat_probe(self) -> Done:
+        llm, parts = self.config.llm, self.parts
+        model = llm.model or parts.vllm.served_model()
+        if not model:
+            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+        began = parts.monotonic()
+        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
+        seconds = round(parts.monotonic() - began, 3)
+        if not outcome.ok:
+            raise StepFailed(
+                "chat_probe",
+                f"/health said 200 but the chat request failed: {outcome.detail}",
+                {"model": model, "seconds": seconds},
+            )
+        return Done(
+            f"{model} {outcome.detail} in {seconds:.1f}s",
+            {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
+        )
+
+    def resume_voice(self) -> Done:
+        docker, voice = self.parts.docker, self.config.voice
+        resumed: list[str] = []
+        already: dict[str, str] = {}
+        failures: list[str] = []
+        for name in self.paused:
+            try:
+                status = docker.inspect(name).status
+                if status == "paused":
+                    docker.unpause(name)
+                    resumed.append(name)
+                elif status in ("exited", "created") and voice.mode == "stop":
+                    docker.start(name)
+                    resumed.append(name)
+                else:
+                    already[name] = status
+            except SparkwardenError as exc:
+                failures.append(f"{name}: {exc}")
+        detail = {"resumed": resumed, "already": already}
+        if failures:
+            raise StepFailed("resume_voice", "could not resume " + "; ".join(failures), detail)
+        summary = f"resumed {_names(resumed)}"
+        if already:
+            summary += "; already " + ", ".join(f"{n} {s}" for n, s in already.items())
+        return Done(summary, detail, skipped=not self.paused)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _flat(detail: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in detail.items() if k != "error"}
+
+
+def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
+    """What :func:`restart` would do now, step by step, read from Docker and /proc only."""
+    docker, llm, voice, mem = parts.docker, config.llm, config.voice, config.memory
+    states = [docker.inspect(name) for name in llm.containers]
+    active = choose_active(states, parts.journal.last_container())
+    voice_states = {name: docker.inspect(name).status for name in voice.containers}
+    to_quiet = [n for n, s in voice_states.items() if s == "running"]
+    left_alone = [f"{n} ({s})" for n, s in voice_states.items() if s != "running"]
+    memory = parts.host.memory()
+    verb = "pause" if voice.mode == "pause" else "stop"
+    quiet = f"{verb} {_names(to_quiet)}"
+    if left_alone:
+        quiet += "; leave as they are: " + ", ".join(left_alone)
+    stop = (
+        f"docker stop {active.name} with a {llm.stop_timeout:g}s timeout"
+        if active.up
+        else f"nothing: {active.name} is {active.status} (exit code {active.exit_code})"
+    )
+    return [
+        ("detect", f"active LLM container: {active.name} ({active.status}, id {active.id[:12]})"),
+        ("pause_voice", quiet),
+        ("stop_llm", stop),
+        (
+            "drop_caches",
+            f"sync + drop caches until >= {mem.start_min_available_gib:g} GiB is "
+            f"available (now {memory.available_gib:.1f} of {memory.total_gib:.1f} GiB),"
+            f" for up to {mem.start_wait:g}s",
+        ),
+        ("start_llm", f"docker start {active.name} (the same container, id {active.id[:12]})"),
+        ("wait_health", f"poll {llm.base_url}/health for up to {llm.health_timeout:g}s"),
+        (
+            "chat_probe",
+            f"one chat request to {llm.model or 'the model /v1/models names'}, "
+            f"up to {llm.probe_timeout:g}s",
+        ),
+        (
+            "resume_voice",
+            f"{'unpause' if verb == 'pause' else 'start'} {_names(to_quiet)}"
+            if to_quiet
+            else "nothing to resume",
+        ),
+    ]

@@ -1,0 +1,173 @@
+"""Stand-in LLM and voice containers on the local Docker engine, for tests, demo and benchmarks.
+
+No image can be pulled here, so the image is an empty rootfs skeleton made with ``docker import``;
+the containers run the host's own Python by bind-mounting ``/usr`` (and friends) read-only, and
+publish their port on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+
+IMAGE = "sparkwarden-standin:rootfs"
+LABEL = "io.sparkwarden.standin"
+STANDIN_DIR = Path(__file__).resolve().parent
+HOST_MOUNTS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc")
+PYTHON = "/usr/bin/python3"
+
+
+def ensure_image(client: docker.DockerClient) -> str:
+    """Import the empty skeleton once; it is a few hundred bytes."""
+    try:
+        client.images.get(IMAGE)
+        return IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in (
+            "usr",
+            "lib",
+            "lib64",
+            "bin",
+            "sbin",
+            "etc",
+            "tmp",
+            "proc",
+            "sys",
+            "dev",
+            "standin",
+            "run",
+        ):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o1777 if name == "tmp" else 0o755
+            tar.addfile(info)
+    repo, tag = IMAGE.split(":")
+    client.api.import_image_from_data(buffer.getvalue(), repository=repo, tag=tag)
+    return IMAGE
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _volumes() -> dict[str, dict[str, str]]:
+    volumes = {path: {"bind": path, "mode": "ro"} for path in HOST_MOUNTS if Path(path).exists()}
+    volumes[str(STANDIN_DIR)] = {"bind": "/standin", "mode": "ro"}
+    return volumes
+
+
+@dataclass
+class Stage:
+    """Creates uniquely named stand-in containers and removes every one of them at the end."""
+
+    client: docker.DockerClient
+    prefix: str = field(default_factory=lambda: f"swt-{uuid.uuid4().hex[:8]}")
+    created: list[str] = field(default_factory=list)
+
+    def name(self, role: str) -> str:
+        return f"{self.prefix}-{role}"
+
+    def llm(
+        self,
+        role: str = "llm",
+        *standin_args: str,
+        port: int | None = None,
+        start: bool = True,
+        **create: Any,
+    ) -> tuple[str, int]:
+        """A stand-in vLLM container publishing 127.0.0.1:port; returns (name, port)."""
+        port = port or free_port()
+        name = self.name(role)
+        command = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", "8000", *standin_args]
+        self._create(name, command, ports={"8000/tcp": ("127.0.0.1", port)}, start=start, **create)
+        return name, port
+
+    def voice(self, role: str, start: bool = True) -> str:
+        name = self.name(role)
+        command = [PYTHON, "-u", "/standin/vllm_standin.py", "--role", "voice"]
+        self._create(name, command, start=start)
+        return name
+
+    def _create(self, name: str, command: list[str], start: bool, **create: Any) -> None:
+        container = self.client.containers.create(
+            ensure_image(self.client),
+            command=command,
+            name=name,
+            volumes=_volumes(),
+            labels={LABEL: self.prefix},
+            **create,
+        )
+        self.created.append(name)
+        if start:
+            container.start()
+
+    def status(self, name: str) -> str:
+        return str(self.client.containers.get(name).attrs["State"]["Status"])
+
+    def attrs(self, name: str) -> dict[str, Any]:
+        return dict(self.client.containers.get(name).attrs)
+
+    def cleanup(self) -> None:
+        for name in self.created:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.client.containers.get(name).remove(force=True)
+        self.created.clear()
+
+
+def wait_healthy(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"stand-in on port {port} not healthy within {timeout}s")
+
+
+def write_config(
+    path: Path,
+    state_dir: Path,
+    llm: list[str],
+    port: int,
+    voice: list[str],
+    **sections: dict[str, Any],
+) -> Path:
+    """A sparkwarden config for the stand-ins, with thresholds that fit a small test machine."""
+    import tomli_w
+
+    data: dict[str, Any] = {
+        "llm": {
+            "containers": llm,
+            "base_url": f"http://127.0.0.1:{port}",
+            "stop_timeout": "10s",
+            "health_timeout": "30s",
+            "probe_timeout": "10s",
+            "poll_interval": "0.2s",
+        },
+        "voice": {"containers": voice, "stop_timeout": "5s"},
+        "memory": {"start_min_available_gib": 1, "start_wait": "10s", "drop_interval": "1s"},
+        "state": {"dir": str(state_dir)},
+        "docker": {"timeout": "30s", "retry_for": "10s"},
+    }
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    path.write_text(tomli_w.dumps(data))
+    return path

@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""A stand-in for vLLM's OpenAI server, faithful to the surface sparkwarden reads.
+
+Runs on the host's Python with the standard library only, so it works inside a bare test
+container that bind-mounts ``/usr``. Endpoints and exposition follow a real server:
+
+- ``GET /health``: empty 200; 503 when the engine is dead; the port is closed while "loading".
+- ``GET /v1/models``: ``{"object": "list", "data": [{"id": MODEL, ...}]}``.
+- ``POST /v1/chat/completions``: a chat completion, or vLLM's error shapes.
+- ``GET /metrics``: Prometheus text as ``prometheus_client`` writes it, with the spec-decode
+  counters (``_total`` + ``_created``), request gauges and ``generation_tokens``.
+
+Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
+chat), crash after N seconds, acceptance decay, stalled engine, ignore SIGTERM, broken metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LABELS = 'engine="0",model_name="{model}"'
+
+
+def go_float(value: float) -> str:
+    """Numbers as prometheus_client writes them (``floatToGoString``): a faithful text."""
+    value = float(value)
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return text
+
+
+class Engine:
+    """Simulated counters: traffic drafts tokens every second, acceptance follows the schedule."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ready_at = time.time()
+        self.created = {}  # name -> _created time, new at every start: a counter reset
+        self.drafts = 0.0
+        self.draft_tokens = 0.0
+        self.accepted = 0.0
+        self.per_pos = [0.0] * args.k
+        self.generation = 0.0
+        self.running = args.running
+        self.lock = threading.Lock()
+        self.chats = 0
+        self._last = time.monotonic()
+        self._started = time.monotonic()
+
+    def acceptance(self) -> float:
+        """Acceptance now: flat, then a linear fall from ``decay_after`` over ``decay_over``."""
+        a = self.args
+        elapsed = time.monotonic() - self._started
+        if a.decay_to is None or elapsed < a.decay_after:
+            return a.acceptance
+        frac = min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
+        return a.acceptance + (a.decay_to - a.acceptance) * frac
+
+    def advance(self) -> None:
+        with self.lock:
+            now = time.monotonic()
+            dt, self._last = now - self._last, now
+            if self.args.stall:
+                return
+            drafts = self.args.drafts_per_s * dt
+            rate = self.acceptance()
+            self.drafts += drafts
+            self.draft_tokens += drafts * self.args.k
+            accepted_total = 0.0
+            for pos in range(self.args.k):
+                # Later positions accept less: position i is reached only if i-1 was accepted.
+                got = drafts * rate ** (pos + 1)
+                self.per_pos[pos] += got
+                accepted_total += got
+            self.accepted += accepted_total
+            self.generation += drafts + accepted_total
+
+    def exposition(self) -> str:
+        self.advance()
+        model = self.args.model
+        labels = LABELS.format(model=model)
+        out: list[str] = []
+
+        def counter(name: str, help_text: str, series: list[tuple[str, float]]) -> None:
+            out.append(f"# HELP vllm:{name}_total {help_text}")
+            out.append(f"# TYPE vllm:{name}_total counter")
+            for extra, value in series:
+                out.append(f"vllm:{name}_total{{{labels}{extra}}} {go_float(math.floor(value))}")
+            out.append(f"# HELP vllm:{name}_created {help_text}")
+            out.append(f"# TYPE vllm:{name}_created gauge")
+            for extra, _ in series:
+                created = self.created.setdefault(name + extra, time.time())
+                out.append(f"vllm:{name}_created{{{labels}{extra}}} {go_float(created)}")
+
+        def gauge(name: str, help_text: str, value: float) -> None:
+            out.append(f"# HELP vllm:{name} {help_text}")
+            out.append(f"# TYPE vllm:{name} gauge")
+            out.append(f"vllm:{name}{{{labels}}} {go_float(value)}")
+
+        with self.lock:
+            if self.args.spec_decode:
+                counter(
+                    "spec_decode_num_drafts", "Number of spec decoding drafts.", [("", self.drafts)]
+                )
+                counter(
+                    "spec_decode_num_draft_tokens",
+                    "Number of draft tokens.",
+                    [("", self.draft_tokens)],
+                )
+                counter(
+                    "spec_decode_num_accepted_tokens",
+                    "Number of accepted tokens.",
+                    [("", self.accepted)],
+                )
+                counter(
+                    "spec_decode_num_accepted_tokens_per_pos",
+                    "Accepted tokens per draft position.",
+                    [(f',position="{i}"', v) for i, v in enumerate(self.per_pos)],
+                )
+            gauge(
+                "num_requests_running",
+                "Number of requests in model execution batches.",
+                self.running,
+            )
+            gauge(
+                "num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                self.args.waiting,
+            )
+            gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0734)
+            counter(
+                "generation_tokens",
+                "Number of generation tokens processed.",
+                [("", self.generation)],
+            )
+        return "\n".join(out) + "\n"
+
+
+def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *params: object) -> None:
+            if args.verbose:
+                super().log_message(fmt, *params)
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, payload: object) -> None:
+            self._send(code, json.dumps(payload).encode())
+
+        def _error(self, code: int, message: str, kind: str = "BadRequestError") -> None:
+            if args.error_shape == "flat":
+                self._json(
+                    code,
+                    {
+                        "object": "error",
+                        "message": message,
+                        "type": kind,
+                        "param": None,
+                        "code": code,
+                    },
+                )
+            else:
+                self._json(
+                    code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
+                )
+
+        def _authorised(self) -> bool:
+            if not args.api_key:
+                return True
+            if self.headers.get("Authorization") == f"Bearer {args.api_key}":
+                return True
+            self._json(401, {"error": "Unauthorized"})
+            return False
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                if args.mode == "never-healthy":
+                    self._send(503, b"")
+                else:
+                    self._send(200, b"")
+            elif self.path == "/metrics":
+                if args.metrics == "missing":
+                    self._send(404, b'{"detail":"Not Found"}')
+                elif args.metrics == "garbage":
+                    self._send(200, b"<html>\x00 this is not prometheus {{{\n", "text/html")
+                else:
+                    self._send(
+                        200,
+                        engine.exposition().encode(),
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )
+            elif self.path == "/v1/models":
+                if self._authorised():
+                    self._json(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": args.model,
+                                    "object": "model",
+                                    "created": int(engine.ready_at),
+                                    "owned_by": "vllm",
+                                    "root": args.model,
+                                    "parent": None,
+                                    "max_model_len": 262144,
+                                }
+                            ],
+                        },
+                    )
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"detail": "Not Found"})
+                return
+            if not self._authorised():
+                return
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                self._error(400, "invalid JSON body")
+                return
+            if body.get("model") != args.model:
+                self._error(
+                    404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
+                )
+                return
+            engine.chats += 1
+            if args.mode in ("chat-fails", "zombie"):
+                self._error(
+                    500, "EngineCore encountered an issue. See stack trace.", "InternalServerError"
+                )
+                if args.mode == "zombie":
+                    self.wfile.flush()
+                    os._exit(1)  # the engine dies on its first message
+                return
+            max_tokens = int(body.get("max_tokens") or 16)
+            text = "ready"
+            with engine.lock:
+                engine.generation += 1
+            self._json(
+                200,
+                {
+                    "id": f"chatcmpl-{engine.chats}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": args.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": text,
+                                "reasoning_content": None,
+                                "tool_calls": [],
+                            },
+                            "logprobs": None,
+                            "finish_reason": "stop",
+                            "stop_reason": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": 12,
+                        "total_tokens": 13,
+                        "completion_tokens": min(1, max_tokens),
+                    },
+                },
+            )
+
+    return Handler
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default="standin/Qwen3.6-35B-A3B-NVFP4")
+    p.add_argument(
+        "--role",
+        choices=["llm", "voice"],
+        default="llm",
+        help="voice: only sleep and exit on SIGTERM, like a speech container",
+    )
+    p.add_argument("--boot-delay", type=float, default=0.0, help="port closed this long")
+    p.add_argument("--mode", default="ok", choices=["ok", "never-healthy", "chat-fails", "zombie"])
+    p.add_argument("--error-shape", default="nested", choices=["nested", "flat"])
+    p.add_argument("--crash-after", type=float, default=None, help="exit 1 this long after ready")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--stop-delay", type=float, default=0.0, help="teardown time after SIGTERM")
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
+    p.add_argument("--spec-decode", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--metrics", default="ok", choices=["ok", "missing", "garbage"])
+    p.add_argument("--k", type=int, default=5, help="draft tokens per draft")
+    p.add_argument("--drafts-per-s", type=float, default=40.0)
+    p.add_argument("--acceptance", type=float, default=0.6)
+    p.add_argument("--decay-to", type=float, default=None)
+    p.add_argument("--decay-after", type=float, default=0.0)
+    p.add_argument("--decay-over", type=float, default=60.0)
+    p.add_argument("--running", type=float, default=0.0)
+    p.add_argument("--waiting", type=float, default=0.0)
+    p.add_argument("--stall", action="store_true", help="generation frozen, requests running")
+    p.add_argument("--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+
+    def on_term(_sig: int, _frame: object) -> None:
+        print("SIGTERM: tearing down", flush=True)
+        time.sleep(args.stop_delay)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_term)
+    if args.role == "voice":
+        print("voice stand-in ready", flush=True)
+        while True:
+            time.sleep(3600)
+    print(f"loading for {args.boot_delay}s (port closed)", flush=True)
+    time.sleep(args.boot_delay)
+    engine = Engine(args)
+    server = ThreadingHTTPServer(("0.0.0.0", args.port), make_handler(engine, args))
+    server.daemon_threads = True
+    if args.crash_after is not None:
+
+        def crash() -> None:
+            time.sleep(args.crash_after)
+            print("EngineCore died", flush=True)
+            os._exit(1)
+
+        threading.Thread(target=crash, daemon=True).start()
+    print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

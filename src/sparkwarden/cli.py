@@ -33,33 +33,51 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sparkwarden", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
+    # Global options are accepted before or after the command, as operators type them both ways.
+    common = _Parser(add_help=False)
+    common.add_argument(
         "--config",
         metavar="PATH",
+        default=argparse.SUPPRESS,
         help="config file (default: $SPARKWARDEN_CONFIG, else /etc/sparkwarden/sparkwarden.toml)",
+    )
+    common.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=argparse.SUPPRESS,
+        help="structured log level on stderr (default: info for run, warning otherwise)",
+    )
+    parser = _Parser(
+        prog="sparkwarden",
+        description="Keeps the vLLM engine of a DGX Spark serving: safe restarts, supervision.",
+        parents=[common],
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    restart = sub.add_parser("restart", help="run the safe restart sequence now, in the foreground")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, parents=[common])
+
+    restart = command("restart", "run the safe restart sequence now, in the foreground")
     restart.add_argument("--reason", default="manual", help="why, for the journal (default manual)")
     restart.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
-    history = sub.add_parser("history", help="list past runs, newest first")
+    history = command("history", "list past runs, newest first")
     history.add_argument("--json", action="store_true", help="machine-readable output")
     history.add_argument("--limit", type=_positive_int, default=20, help="how many runs (20)")
 
-    sub.add_parser("check-config", help="validate the config and print the effective values")
+    command("check-config", "validate the config and print the effective values")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.config = getattr(args, "config", None)
+    args.log_level = getattr(args, "log_level", None)
     from sparkwarden import config as config_mod
     from sparkwarden import logs
     from sparkwarden.errors import ConfigError, SparkwardenError
 
-    logs.setup()
+    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
     try:
         config = config_mod.load(args.config)
     except ConfigError as exc:

@@ -69,7 +69,7 @@ def format_duration(seconds: float) -> str:
         count = seconds / _UNITS[unit]
         if count >= 1 and count == int(count):
             return f"{int(count)}{unit}"
-    return f"{seconds:g}s"
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
 
 
 Duration = Annotated[

@@ -145,9 +145,9 @@ def wait_healthy(port: int, timeout: float = 30.0) -> None:
 def write_config(
     path: Path,
     state_dir: Path,
-    llm: list[str],
+    llm_names: list[str],
     port: int,
-    voice: list[str],
+    voice_names: list[str],
     **sections: dict[str, Any],
 ) -> Path:
     """A sparkwarden config for the stand-ins, with thresholds that fit a small test machine."""
@@ -155,14 +155,14 @@ def write_config(
 
     data: dict[str, Any] = {
         "llm": {
-            "containers": llm,
+            "containers": llm_names,
             "base_url": f"http://127.0.0.1:{port}",
             "stop_timeout": "10s",
             "health_timeout": "30s",
             "probe_timeout": "10s",
             "poll_interval": "0.2s",
         },
-        "voice": {"containers": voice, "stop_timeout": "5s"},
+        "voice": {"containers": voice_names, "stop_timeout": "5s"},
         "memory": {"start_min_available_gib": 1, "start_wait": "10s", "drop_interval": "1s"},
         "state": {"dir": str(state_dir)},
         "docker": {"timeout": "30s", "retry_for": "10s"},

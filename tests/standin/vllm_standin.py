@@ -311,7 +311,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--boot-delay", type=float, default=0.0, help="port closed this long")
     p.add_argument("--mode", default="ok", choices=["ok", "never-healthy", "chat-fails", "zombie"])
     p.add_argument("--error-shape", default="nested", choices=["nested", "flat"])
-    p.add_argument("--crash-after", type=float, default=None, help="exit 1 this long after ready")
+    p.add_argument(
+        "--crash-after", type=float, default=None, help="exit 1 this long after the process starts"
+    )
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--stop-delay", type=float, default=0.0, help="teardown time after SIGTERM")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
@@ -343,11 +345,6 @@ def main(argv: list[str]) -> None:
         print("voice stand-in ready", flush=True)
         while True:
             time.sleep(3600)
-    print(f"loading for {args.boot_delay}s (port closed)", flush=True)
-    time.sleep(args.boot_delay)
-    engine = Engine(args)
-    server = ThreadingHTTPServer(("0.0.0.0", args.port), make_handler(engine, args))
-    server.daemon_threads = True
     if args.crash_after is not None:
 
         def crash() -> None:
@@ -356,6 +353,11 @@ def main(argv: list[str]) -> None:
             os._exit(1)
 
         threading.Thread(target=crash, daemon=True).start()
+    print(f"loading for {args.boot_delay}s (port closed)", flush=True)
+    time.sleep(args.boot_delay)
+    engine = Engine(args)
+    server = ThreadingHTTPServer(("0.0.0.0", args.port), make_handler(engine, args))
+    server.daemon_threads = True
     print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)
     server.serve_forever()
 

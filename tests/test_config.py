@@ -1,0 +1,113 @@
+"""Config: durations, defaults, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkwarden import config as cfg
+from sparkwarden.errors import ConfigError
+
+MINIMAL = {"llm": {"containers": ["vllm-35b"], "base_url": "http://127.0.0.1:8000"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("20m", 1200),
+        ("20h", 72000),
+        ("1h30m", 5400),
+        (45, 45),
+        (2.5, 2.5),
+        ("120", 120),
+        ("0.2s", 0.2),
+        ("500ms", 0.5),
+        ("1d", 86400),
+    ],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert cfg.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "ten", "5 parsecs", "-3s", "3x", True, [1], "1h-5m"])
+def test_bad_durations_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        cfg.parse_duration(bad)
+
+
+@given(st.floats(min_value=0, max_value=1e7, allow_nan=False).map(lambda f: round(f, 3)))
+def test_format_duration_round_trips(seconds: float) -> None:
+    assert cfg.parse_duration(cfg.format_duration(seconds)) == pytest.approx(seconds)
+
+
+def test_defaults_fill_everything_but_the_two_required_keys() -> None:
+    config = cfg.parse(MINIMAL)
+    assert config.llm.stop_timeout == 120
+    assert config.llm.health_timeout == 1200
+    assert config.llm.probe_timeout == 180
+    assert config.voice.mode == "pause"
+    assert config.memory.start_min_available_gib == 60
+    assert config.memory.start_wait == 180
+    assert config.state.dir == Path("/var/lib/sparkwarden")
+
+
+@pytest.mark.parametrize(
+    ("data", "names"),
+    [
+        ({}, "llm: required key is missing"),
+        ({"llm": {"containers": ["a"]}}, "llm.base_url: required key is missing"),
+        ({"llm": {**MINIMAL["llm"], "stop_timout": "1s"}}, "llm.stop_timout: unknown key"),
+        ({"llm": {**MINIMAL["llm"], "stop_timeout": "soon"}}, "llm.stop_timeout: invalid duration"),
+        ({"llm": {**MINIMAL["llm"], "containers": []}}, "llm.containers"),
+        ({"llm": {**MINIMAL["llm"], "containers": ["a", "a"]}}, "listed more than once: a"),
+        ({"llm": {**MINIMAL["llm"], "base_url": "localhost:8000"}}, "llm.base_url"),
+        ({**MINIMAL, "voice": {"mode": "freeze"}}, "voice.mode"),
+        ({**MINIMAL, "memory": {"start_min_available_gib": -1}}, "memory.start_min_available_gib"),
+        ({**MINIMAL, "voice": {"containers": ["vllm-35b"]}}, "both llm and voice: vllm-35b"),
+        (
+            {**MINIMAL, "llm": {**MINIMAL["llm"], "api_key_file": "/nonexistent/key"}},
+            "llm.api_key_file",
+        ),
+    ],
+)
+def test_errors_name_the_key(data: dict[str, object], names: str) -> None:
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        cfg.parse(data)
+
+
+def test_load_reports_toml_syntax_with_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[llm]\ncontainers = ["a"\n')
+    with pytest.raises(ConfigError, match=f"{path}: not valid TOML"):
+        cfg.load(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        cfg.load(tmp_path / "absent.toml")
+
+
+def test_path_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cfg.ENV_PATH, raising=False)
+    assert cfg.resolve_path(None) == cfg.DEFAULT_PATH
+    monkeypatch.setenv(cfg.ENV_PATH, "/tmp/from-env.toml")
+    assert cfg.resolve_path(None) == Path("/tmp/from-env.toml")
+    assert cfg.resolve_path("/tmp/explicit.toml") == Path("/tmp/explicit.toml")
+
+
+def test_api_key_is_read_from_its_file_and_not_printed(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-very-secret\n")
+    config = cfg.parse({"llm": {**MINIMAL["llm"], "api_key_file": str(key)}})
+    assert config.llm.api_key() == "sk-very-secret"
+    assert "sk-very-secret" not in str(cfg.effective(config))
+
+
+def test_effective_config_parses_back_to_the_same() -> None:
+    config = cfg.parse({**MINIMAL, "memory": {"start_wait": "90s"}})
+    assert cfg.parse(cfg.effective(config)) == config
+    assert cfg.effective(config)["memory"]["start_wait"] == "90s"

@@ -1,0 +1,341 @@
+"""`sparkwarden restart` against real containers on the local Docker engine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from sparkwarden import config as cfg
+from sparkwarden import sequence
+from sparkwarden.lock import RunLock
+from sparkwarden.sequence import STEPS, Parts, StepEvent
+from tests.conftest import ROOT, run_cli
+from tests.standin.stage import Stage, wait_healthy
+
+pytestmark = pytest.mark.docker
+
+
+def events(client: docker.DockerClient, since: float, names: set[str]) -> list[tuple[str, str]]:
+    """(container name, action) in the engine's own order, for the containers named."""
+    until = time.time() + 0.5
+    seen = []
+    for event in client.events(
+        since=int(since) - 1, until=int(until) + 1, decode=True, filters={"type": "container"}
+    ):
+        name = event.get("Actor", {}).get("Attributes", {}).get("name")
+        if (
+            name in names
+            and event["Action"] in {"pause", "unpause", "die", "start", "stop"}
+            and event["timeNano"] >= since * 1e9
+        ):
+            seen.append((event["timeNano"], name, event["Action"]))
+    return [(name, action) for _, name, action in sorted(seen)]
+
+
+def history(config: Path) -> list[dict[str, Any]]:
+    result = run_cli(config, "history", "--json")
+    assert result.returncode == 0, result.stderr
+    runs: list[dict[str, Any]] = json.loads(result.stdout)
+    return runs
+
+
+def steps_of(run: dict[str, Any]) -> dict[str, str]:
+    return {step["name"]: step["result"] for step in run["steps"]}
+
+
+def started_at(stage: Stage, name: str) -> str:
+    return str(stage.attrs(name)["State"]["StartedAt"])
+
+
+def test_happy_path_same_container_voice_quiet_exactly_while_llm_is_down(
+    stage: Stage, make_config: Any
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "1")
+    stt, tts, off = stage.voice("stt"), stage.voice("tts"), stage.voice("off")
+    stage.client.containers.get(tts).pause()  # the operator's choices must survive the run
+    stage.client.containers.get(off).stop(timeout=1)
+    wait_healthy(port)
+    config = make_config([llm], port, [stt, tts, off])
+    before = stage.attrs(llm)
+    since = time.time()
+
+    result = run_cli(config, "restart")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    for index, name in enumerate(STEPS, start=1):
+        assert f"[{index}/8] {name}" in result.stdout
+    after = stage.attrs(llm)
+    assert after["Id"] == before["Id"]
+    assert after["State"]["StartedAt"] > before["State"]["StartedAt"]
+    assert (stage.status(stt), stage.status(tts), stage.status(off)) == (
+        "running",
+        "paused",
+        "exited",
+    )
+    assert events(stage.client, since, {llm, stt, tts, off}) == [
+        (stt, "pause"),
+        (llm, "die"),
+        (llm, "stop"),
+        (llm, "start"),
+        (stt, "unpause"),
+    ]
+    (run,) = history(config)
+    assert run["result"] == "ok" and run["reason"] == "manual" and run["container"] == llm
+    assert [s["name"] for s in run["steps"]] == list(STEPS)
+    assert all(s["result"] == "ok" for s in run["steps"]), run["steps"]
+    drop = run["steps"][3]["detail"]
+    assert drop["available_after_gib"] >= drop["gate_gib"] == 1
+    assert run["steps"][2]["detail"]["killed"] is False
+
+
+def test_zombie_boot_fails_the_run_and_voice_is_resumed(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm", "--mode", "zombie", "--error-shape", "flat")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_config([llm], port, [stt])
+
+    result = run_cli(config, "restart", "--reason", "nightly-test")
+
+    assert result.returncode == 1
+    assert "chat request failed" in result.stderr and "EngineCore" in result.stderr
+    (run,) = history(config)
+    assert run["result"] == "failed" and run["reason"] == "nightly-test"
+    assert steps_of(run)["wait_health"] == "ok"
+    assert steps_of(run)["chat_probe"] == "failed"
+    assert steps_of(run)["resume_voice"] == "ok"
+    assert stage.status(stt) == "running"
+
+
+def test_never_healthy_times_out_and_skips_the_probe(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm", "--mode", "never-healthy")
+    stt = stage.voice("stt")
+    config = make_config([llm], port, [stt], llm={"health_timeout": "3s"})
+
+    result = run_cli(config, "restart")
+
+    assert result.returncode == 1
+    (run,) = history(config)
+    assert "not healthy within 3s" in run["error"] and "HTTP 503" in run["error"]
+    assert steps_of(run)["wait_health"] == "failed"
+    assert steps_of(run)["chat_probe"] == "skipped"
+    assert stage.status(stt) == "running"
+
+
+def test_engine_that_dies_while_loading_fails_fast(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "5", "--crash-after", "1")
+    config = make_config([llm], port, [], llm={"health_timeout": "60s"})
+    began = time.monotonic()
+    result = run_cli(config, "restart")
+    assert result.returncode == 1
+    assert time.monotonic() - began < 30, "must not wait out health_timeout for a dead container"
+    (run,) = history(config)
+    wait = next(s for s in run["steps"] if s["name"] == "wait_health")
+    assert wait["result"] == "failed" and wait["detail"]["exit_code"] == 1
+    assert "exited with code 1 while loading" in run["error"]
+
+
+def test_memory_gate_not_met_the_llm_is_not_started(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_config(
+        [llm],
+        port,
+        [stt],
+        memory={"start_min_available_gib": 100000, "start_wait": "2s", "drop_interval": "0.5s"},
+    )
+
+    result = run_cli(config, "restart")
+
+    assert result.returncode == 1
+    assert "memory did not come back" in result.stderr
+    (run,) = history(config)
+    drop = next(s for s in run["steps"] if s["name"] == "drop_caches")
+    assert drop["result"] == "failed" and drop["detail"]["drops"] >= 2
+    assert drop["detail"]["gate_gib"] == 100000 and drop["detail"]["available_after_gib"] > 0
+    assert steps_of(run)["start_llm"] == "skipped"
+    assert stage.status(llm) == "exited"  # never started into ghost memory
+    assert stage.status(stt) == "running"
+
+
+def test_docker_start_failure_port_taken(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = cfg.load(make_config([llm], port, [stt]))
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def take_port(event: StepEvent) -> None:
+        if event.phase == "end" and event.name == "stop_llm":
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+
+    parts = Parts.from_config(config)
+    try:
+        outcome = sequence.restart(config, "manual", parts, observer=take_port)
+        run = parts.journal.runs(1)[0].to_json()
+    finally:
+        parts.close()
+        squatter.close()
+    assert not outcome.ok and outcome.error is not None and "start" in outcome.error
+    assert steps_of(run)["start_llm"] == "failed"
+    assert steps_of(run)["wait_health"] == "skipped"
+    assert stage.status(stt) == "running"
+
+
+@pytest.mark.parametrize("missing_role", ["llm", "voice"])
+def test_missing_container_is_named_and_nothing_is_touched(
+    stage: Stage, make_config: Any, missing_role: str
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    ghost = stage.name("renamed-away")
+    llms, voices = ([llm, ghost], [stt]) if missing_role == "llm" else ([llm], [stt, ghost])
+    config = make_config(llms, port, voices)
+    before = started_at(stage, llm)
+
+    result = run_cli(config, "restart")
+
+    assert result.returncode == 1
+    assert f"inspect {ghost}: no such container" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert started_at(stage, llm) == before and stage.status(llm) == "running"
+    assert stage.status(stt) == "running"
+    (run,) = history(config)
+    assert steps_of(run)["detect"] == "failed" and steps_of(run)["pause_voice"] == "skipped"
+
+
+def test_concurrent_restart_is_refused_naming_the_running_one(
+    stage: Stage, make_config: Any
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "3")
+    wait_healthy(port, timeout=30)
+    config = make_config([llm], port, [])
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        state_dir = cfg.load(config).state.dir
+        deadline = time.monotonic() + 20
+        while RunLock(state_dir).held_by_other() is None:
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = run_cli(config, "restart")
+        assert second.returncode == 1
+        assert "another sequence is running" in second.stderr and "reason manual" in second.stderr
+        assert first.wait(timeout=60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert [r["result"] for r in history(config)] == ["ok"]
+
+
+def test_dry_run_touches_nothing(stage: Stage, make_config: Any) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_config([llm], port, [stt])
+    before = started_at(stage, llm)
+    since = time.time()
+
+    result = run_cli(config, "restart", "--dry-run")
+
+    assert result.returncode == 0, result.stderr
+    assert f"pause {stt}" in result.stdout and f"docker stop {llm}" in result.stdout
+    assert "GiB is available (now" in result.stdout
+    assert started_at(stage, llm) == before
+    assert events(stage.client, since, {llm, stt}) == []
+    assert [r["result"] for r in history(config)] == ["dry-run"]
+
+
+def test_bad_config_exits_2_and_touches_nothing(stage: Stage, tmp_path: Path) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    before = started_at(stage, llm)
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        f'[llm]\ncontainers = ["{llm}"]\nbase_url = "http://127.0.0.1:{port}"\n'
+        'stop_timeout = "forever"\n'
+    )
+    result = run_cli(config, "restart")
+    assert result.returncode == 2
+    assert "llm.stop_timeout: invalid duration 'forever'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert started_at(stage, llm) == before
+
+
+def test_a_crashed_llm_is_found_by_finished_at_and_started(stage: Stage, make_config: Any) -> None:
+    old, port_old = stage.llm("llm-old")
+    llm, port = stage.llm("llm-new")
+    stage.client.containers.get(old).stop(timeout=1)
+    wait_healthy(port)
+    stage.client.containers.get(llm).kill()  # the 23rd hour: it crashed last
+    config = make_config([old, llm], port, [])
+
+    result = run_cli(config, "restart", "--reason", "crash")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = history(config)
+    assert run["container"] == llm
+    assert steps_of(run)["stop_llm"] == "skipped"
+    assert "exit code 137" in run["steps"][2]["detail"]["summary"]
+    assert stage.status(llm) == "running" and stage.status(old) == "exited"
+
+
+def test_llm_ignoring_sigterm_is_killed_and_that_is_recorded(
+    stage: Stage, make_config: Any
+) -> None:
+    llm, port = stage.llm("llm", "--ignore-sigterm")
+    wait_healthy(port)
+    config = make_config([llm], port, [], llm={"stop_timeout": "2s"})
+    result = run_cli(config, "restart")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = history(config)
+    stop = run["steps"][2]
+    assert stop["detail"]["killed"] is True and stop["detail"]["exit_code"] == 137
+    assert stop["duration_s"] >= 2
+    assert "killed after the 2s stop timeout" in result.stdout
+
+
+def test_voice_mode_stop_and_api_key_never_leaks(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    secret = "sk-sparkwarden-test-9f8e7d"
+    llm, port = stage.llm("llm", "--api-key", secret)
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    key_file = tmp_path / "api-key"
+    key_file.write_text(secret + "\n")
+    config = make_config(
+        [llm], port, [stt], llm={"api_key_file": str(key_file)}, voice={"mode": "stop"}
+    )
+    since = time.time()
+
+    result = run_cli(config, "restart", "--log-level", "debug")
+    shown = run_cli(config, "check-config")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert events(stage.client, since, {stt})[:2] == [(stt, "die"), (stt, "stop")]
+    assert stage.status(stt) == "running"
+    written = [result.stdout, result.stderr, shown.stdout, json.dumps(history(config))]
+    written += [
+        p.read_bytes().decode(errors="replace")
+        for p in (tmp_path / "state").iterdir()
+        if p.is_file()
+    ]
+    assert not [text for text in written if secret in text]

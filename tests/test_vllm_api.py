@@ -1,0 +1,75 @@
+"""What a vLLM answer means: both error shapes, malformed bodies, the model list."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkwarden.adapters.vllm import chat_body, first_model, interpret_chat
+
+
+def answer(content: object = "ready", finish: object = "stop") -> str:
+    return json.dumps(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": finish,
+                }
+            ]
+        }
+    )
+
+
+def test_a_well_formed_answer_is_success() -> None:
+    outcome = interpret_chat(200, answer())
+    assert outcome.ok and outcome.content == "ready"
+
+
+def test_length_finish_is_still_an_answer() -> None:
+    assert interpret_chat(200, answer("thinking...", "length")).ok
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "says"),
+    [
+        (
+            500,
+            json.dumps({"error": {"message": "EngineCore died", "type": "x", "code": 500}}),
+            "HTTP 500: EngineCore died",
+        ),
+        (
+            400,
+            json.dumps({"object": "error", "message": "bad model", "code": 400}),
+            "HTTP 400: bad model",
+        ),
+        (
+            200,
+            json.dumps({"object": "error", "message": "flat error in a 200"}),
+            "carrying an error",
+        ),
+        (200, "<html>", "not a JSON object"),
+        (200, json.dumps({"choices": []}), "no choices"),
+        (200, answer(content=5), "malformed"),
+        (200, answer(finish="abort"), "finish_reason is 'abort'"),
+        (502, "", "HTTP 502: empty body"),
+    ],
+)
+def test_failures_say_why(code: int, body: str, says: str) -> None:
+    outcome = interpret_chat(code, body)
+    assert not outcome.ok
+    assert says in outcome.detail
+
+
+def test_probe_disables_thinking_and_is_short() -> None:
+    body = chat_body("m")
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] <= 16 and body["temperature"] == 0
+
+
+def test_first_model() -> None:
+    assert first_model({"object": "list", "data": [{"id": "qwen"}]}) == "qwen"
+    assert first_model({"data": []}) is None
+    assert first_model("nonsense") is None

@@ -280,7 +280,7 @@ def test_bad_config_exits_2_and_touches_nothing(stage: Stage, tmp_path: Path) ->
 
 
 def test_a_crashed_llm_is_found_by_finished_at_and_started(stage: Stage, make_config: Any) -> None:
-    old, port_old = stage.llm("llm-old")
+    old, _ = stage.llm("llm-old")
     llm, port = stage.llm("llm-new")
     stage.client.containers.get(old).stop(timeout=1)
     wait_healthy(port)

@@ -10,7 +10,7 @@ from prometheus_client.utils import floatToGoString
 
 from tests.standin.vllm_standin import Engine, go_float, parse_args
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/vllm-metrics-spec-decode.prom"
+FIXTURE = Path(__file__).resolve().parent / "fixtures/vllm-metrics-spec-decode.prom"
 
 
 def families(text: str) -> dict[str, set[frozenset[str]]]:
@@ -34,8 +34,7 @@ def test_numbers_are_formatted_like_prometheus_client() -> None:
 
 def test_exposition_has_the_fixture_shape() -> None:
     ours = families(engine().exposition())
-    if FIXTURE.exists():  # beside the checkout in development and in CI
-        assert ours == families(FIXTURE.read_text())
+    assert ours == families(FIXTURE.read_text())
     assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in ours
     assert (
         frozenset({"engine", "model_name", "position"})

@@ -7,6 +7,7 @@ usage. Actions are imported lazily so ``sparkwarden status`` over SSH stays quic
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,26 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def _reason(text: str) -> str:
+    if not re.fullmatch(r"[\w.:-]{1,64}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use up to 64 letters, digits, '_', '.', ':' or '-'"
+        )
+    return text
+
+
+def _duration(text: str) -> float:
+    from sparkwarden.config import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_text, parents=[common])
 
     restart = command("restart", "run the safe restart sequence now, in the foreground")
-    restart.add_argument("--reason", default="manual", help="why, for the journal (default manual)")
+    restart.add_argument(
+        "--reason", default="manual", type=_reason, help="why, for the journal (default manual)"
+    )
     restart.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
 
     history = command("history", "list past runs, newest first")
@@ -66,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=_positive_int, default=20, help="how many runs (20)")
 
     command("check-config", "validate the config and print the effective values")
+
+    command("run", "the supervisor daemon, in the foreground (what systemd starts)")
+
+    status = command("status", "what the daemon sees and does; works without it too")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    hold = command("hold", "no automatic restart for DURATION (a maintenance window)")
+    hold.add_argument("duration", type=_duration, help="e.g. 2h, 90m")
+    hold.add_argument("--reason", default="", help="shown in status")
+    command("release", "end a hold now")
+    command("reset", "clear the restart budget and a 'gave up' state")
     return parser
 
 
@@ -96,6 +130,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import history
 
             return history.run(config, as_json=args.json, limit=args.limit)
+        if args.command == "run":
+            from sparkwarden.actions import run as run_action
+
+            return run_action.run(config)
+        if args.command == "status":
+            from sparkwarden.actions import status
+
+            return status.run(config, as_json=args.json)
+        if args.command in ("hold", "release", "reset"):
+            from sparkwarden.actions import admin
+
+            request: dict[str, object] = {"cmd": args.command}
+            if args.command == "hold":
+                request.update(seconds=args.duration, reason=args.reason)
+            return admin.run(config, request)
     except SparkwardenError as exc:
         print(f"sparkwarden: {exc}", file=sys.stderr)
         return EXIT_FAILED

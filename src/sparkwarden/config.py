@@ -135,11 +135,15 @@ class VoiceConfig(_Section):
 
 
 class MemoryConfig(_Section):
-    """The gate before ``docker start``: a start into ghost memory kills the new engine."""
+    """The gate before ``docker start`` (a start into ghost memory kills the new engine), and
+    the floor below which the OS itself starts to starve (SSH hangs past ~0.85 in use)."""
 
     start_min_available_gib: Annotated[float, Field(gt=0)] = 60.0
     start_wait: PositiveDuration = 180.0
     drop_interval: PositiveDuration = 5.0
+    floor_gib: Annotated[float, Field(ge=0)] = 8.0
+    floor_for: Duration = 120.0
+    floor_action: Literal["warn", "pause_voice", "restart"] = "warn"
 
 
 class StateConfig(_Section):
@@ -153,11 +157,107 @@ class DockerConfig(_Section):
     retry_for: Duration = 60.0
 
 
+class ScheduleConfig(_Section):
+    """The nightly restart, in crontab syntax (Sunday is 0 or 7, as in crontab)."""
+
+    cron: str | None = "30 4 * * *"
+    timezone: str | None = None
+    missed_grace: Duration = 1800.0
+
+    @field_validator("cron")
+    @classmethod
+    def _crontab(cls, expr: str | None) -> str | None:
+        if expr:
+            from sparkwarden.schedule import crontab_trigger
+
+            crontab_trigger(expr, "UTC")  # raises ValueError naming the field
+        return expr or None
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, zone: str | None) -> str | None:
+        if zone:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(zone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {zone!r}") from None
+        return zone or None
+
+
+class WatchConfig(_Section):
+    """How often the daemon looks, and the uptime limit that beats DFlash's ~23 h crash."""
+
+    interval: PositiveDuration = 5.0
+    max_uptime: Duration = 72000.0
+    boot_grace: Duration = 300.0
+
+
+class HealthConfig(_Section):
+    """When a running container counts as a dead engine."""
+
+    interval: PositiveDuration = 30.0
+    timeout: PositiveDuration = 10.0
+    canary_interval: Duration = 600.0
+    failures: Annotated[int, Field(ge=1)] = 3
+    stall_after: PositiveDuration = 300.0
+
+
+class AcceptanceConfig(_Section):
+    """Draft acceptance against the baseline learnt after each restart."""
+
+    enabled: bool = True
+    window: PositiveDuration = 600.0
+    min_draft_tokens: Annotated[int, Field(ge=1)] = 2000
+    warmup: Duration = 600.0
+    learn_windows: Annotated[int, Field(ge=1)] = 6
+    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.6
+    recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.75
+    consecutive: Annotated[int, Field(ge=1)] = 3
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> AcceptanceConfig:
+        if self.recover_fraction < self.fraction:
+            raise ValueError("recover_fraction must be at least fraction (it is the hysteresis)")
+        return self
+
+
+class DrainConfig(_Section):
+    """Before a planned restart, wait for the engine to be idle, but not for ever."""
+
+    quiet: Duration = 30.0
+    deadline: Duration = 600.0
+
+
+class BudgetConfig(_Section):
+    """At most ``max_runs`` automatic runs per ``window``: a restart loop can hang the box."""
+
+    max_runs: Annotated[int, Field(ge=1)] = 3
+    window: PositiveDuration = 21600.0
+    backoff: Duration = 120.0
+    backoff_max: Duration = 3600.0
+
+
+class ControlConfig(_Section):
+    """The daemon's Unix socket: root-owned, mode 0660, this group may talk to it."""
+
+    socket: Path = Path("/run/sparkwarden/control.sock")
+    group: str | None = "sparkwarden"
+
+
 class Config(_Section):
     llm: LlmConfig
     voice: VoiceConfig = VoiceConfig()
     memory: MemoryConfig = MemoryConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    watch: WatchConfig = WatchConfig()
+    health: HealthConfig = HealthConfig()
+    acceptance: AcceptanceConfig = AcceptanceConfig()
+    drain: DrainConfig = DrainConfig()
+    budget: BudgetConfig = BudgetConfig()
     state: StateConfig = StateConfig()
+    control: ControlConfig = ControlConfig()
     docker: DockerConfig = DockerConfig()
 
     @model_validator(mode="after")

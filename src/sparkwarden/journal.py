@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS steps (
     detail TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
 
 
@@ -193,7 +197,39 @@ class Journal:
                 (now, note, run_id),
             )
 
+    def put(self, key: str, value: Any) -> None:
+        """Durable daemon state (hold, budget reset, gave-up), kept across restarts."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO kv (key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, json.dumps(value)),
+            )
+
+    def delete(self, key: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM kv WHERE key = ?", (key,))
+
     # --- reading -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Any:
+        row = self._db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row["value"])
+
+    def past_runs(self, since: float) -> list[tuple[str, str, float, float | None]]:
+        """(reason, result, started_at, ended_at) of the runs since a time, oldest first."""
+        rows = self._db.execute(
+            "SELECT reason, result, started_at, ended_at FROM runs"
+            " WHERE started_at >= ? AND result != 'dry-run' ORDER BY id",
+            (since,),
+        ).fetchall()
+        return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
+
+    def last_run_of(self, reason: str) -> RunRecord | None:
+        row = self._db.execute(
+            "SELECT * FROM runs WHERE reason = ? ORDER BY id DESC LIMIT 1", (reason,)
+        ).fetchone()
+        return self._with_steps(row) if row else None
 
     def runs(self, limit: int = 20) -> list[RunRecord]:
         rows = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()

@@ -17,8 +17,8 @@ from sparkwarden.errors import LockBusy
 
 
 class RunLock:
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / "sequence.lock"
+    def __init__(self, state_dir: Path, name: str = "sequence.lock") -> None:
+        self.path = state_dir / name
         self._fd: int | None = None
 
     def acquire(self, reason: str) -> None:

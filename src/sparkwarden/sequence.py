@@ -59,6 +59,10 @@ class Parts:
     journal: Journal
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    #: Told "progress made; the next within N s" (the daemon's watchdog lease).
+    heartbeat: Callable[[float], None] = lambda _lease: None
+    #: True when sparkwarden must stop: a boot wait is cut short (the LLM keeps loading).
+    should_abort: Callable[[], bool] = lambda: False
 
     @classmethod
     def from_config(cls, config: Config) -> Parts:
@@ -82,6 +86,7 @@ class StepEvent:
     phase: Literal["begin", "end"]
     name: str
     index: int
+    run_id: int
     result: StepResult = "running"
     summary: str = ""
     duration_s: float = 0.0
@@ -122,6 +127,7 @@ def restart(
 ) -> Outcome:
     """Run the whole sequence once. The caller holds the run lock."""
     run = _Run(config, parts, parts.journal.begin_run(reason), observer or (lambda _e: None))
+    run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
     try:
@@ -161,6 +167,8 @@ class _Run:
         self.container: ContainerState | None = None
         self.paused: list[str] = []
         self.taken: set[str] = set()
+        self.repairing = False
+        self.llm_was_up = False
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -168,8 +176,9 @@ class _Run:
         """Journal a step before and after it runs, and tell the observer."""
         index = STEPS.index(name) + 1
         self.taken.add(name)
+        self.parts.heartbeat(self._lease(name))
         step_id = self.parts.journal.begin_step(self.id, name)
-        self.observer(StepEvent("begin", name, index))
+        self.observer(StepEvent("begin", name, index, self.id))
         log.info("step_started", run=self.id, step=name)
         value: Any = None
         try:
@@ -179,14 +188,14 @@ class _Run:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
             detail = {**detail, "error": str(exc)}
             duration = self.parts.journal.end_step(step_id, "failed", detail)
-            self.observer(StepEvent("end", name, index, "failed", str(exc), duration))
+            self.observer(StepEvent("end", name, index, self.id, "failed", str(exc), duration))
             log.error("step_failed", run=self.id, step=name, error=str(exc), **_flat(detail))
             raise
         result: StepResult = "skipped" if done.skipped else "ok"
         duration = self.parts.journal.end_step(
             step_id, result, {"summary": done.summary, **done.detail}
         )
-        self.observer(StepEvent("end", name, index, result, done.summary, duration))
+        self.observer(StepEvent("end", name, index, self.id, result, done.summary, duration))
         log.info(
             "step_ended",
             run=self.id,
@@ -196,6 +205,20 @@ class _Run:
             summary=done.summary,
         )
         return value
+
+    def _lease(self, name: str) -> float:
+        """How long step ``name`` may go without a heartbeat and still be healthy."""
+        cfg, call = self.config, self.config.docker.timeout
+        longest = {
+            "pause_voice": call * (1 + len(cfg.voice.containers)) + cfg.voice.stop_timeout,
+            "stop_llm": cfg.llm.stop_timeout + 2 * call,
+            "drop_caches": cfg.memory.drop_interval + call,
+            "start_llm": 2 * call,
+            "wait_health": cfg.llm.poll_interval + 10.0 + call,
+            "chat_probe": cfg.llm.probe_timeout + call,
+            "resume_voice": call * (1 + len(cfg.voice.containers)) + cfg.voice.stop_timeout,
+        }
+        return longest.get(name, call) + 30.0
 
     def skip_untaken(self) -> None:
         """Record the steps a failure jumped over, so history shows the whole plan."""
@@ -260,6 +283,13 @@ class _Run:
     def stop_llm(self, active: ContainerState) -> Done:
         docker, timeout = self.parts.docker, self.config.llm.stop_timeout
         current = docker.inspect(active.name)
+        self.llm_was_up = current.up
+        if current.up and self.repairing:
+            return Done(
+                f"repair: {active.name} is {current.status}; verified, not stopped",
+                {"status": current.status},
+                skipped=True,
+            )
         if not current.up:
             return Done(
                 f"was not running ({current.status}, exit code {current.exit_code})",
@@ -285,6 +315,8 @@ class _Run:
         )
 
     def drop_caches(self) -> Done:
+        if self.repairing and self.llm_was_up:
+            return Done("repair: the LLM is up, nothing to start", skipped=True)
         host, mem = self.parts.host, self.config.memory
         gate = mem.start_min_available_gib
         before = host.memory()
@@ -316,10 +348,13 @@ class _Run:
                     figures,
                 )
             log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
+            self.parts.heartbeat(self._lease("drop_caches"))
             self.parts.sleep(mem.drop_interval)
 
     def start_llm(self, active: ContainerState) -> Done:
         docker = self.parts.docker
+        if self.repairing and self.llm_was_up:
+            return Done("repair: the LLM is up, nothing to start", skipped=True)
         docker.start(active.name)
         after = docker.inspect(active.name)
         if after.id != active.id:
@@ -363,6 +398,13 @@ class _Run:
                         "oom_killed": state.oom_killed,
                     },
                 )
+            if parts.should_abort():
+                raise StepFailed(
+                    "wait_health",
+                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s "
+                    f"({active.name} is started and keeps loading)",
+                    {"seconds": round(elapsed, 3), "aborted": True},
+                )
             if parts.monotonic() + llm.poll_interval > deadline:
                 raise StepFailed(
                     "wait_health",
@@ -376,10 +418,12 @@ class _Run:
                         "begin",
                         "wait_health",
                         STEPS.index("wait_health") + 1,
+                        self.id,
                         summary=f"{elapsed:.0f}s: {health.detail}",
                     )
                 )
                 next_note += 15.0
+            parts.heartbeat(self._lease("wait_health"))
             parts.sleep(llm.poll_interval)
 
     def chat_probe(self) -> Done:

@@ -1,0 +1,106 @@
+"""Docker's event stream for the LLM candidates, reconnecting when dockerd restarts.
+
+A crash is noticed when Docker says ``die``, within milliseconds, not at the next poll. After a
+reconnect the stream resumes from the last event seen, so nothing in between is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from sparkwarden import logs
+
+log = logs.get("sparkwarden.events")
+
+ACTIONS = ("die", "kill", "start", "stop", "oom", "pause", "unpause")
+
+
+@dataclass(frozen=True)
+class ContainerEvent:
+    name: str
+    action: str
+    t: float
+    signal: str | None = None
+    exit_code: int | None = None
+
+    @classmethod
+    def from_docker(cls, raw: dict[str, Any]) -> ContainerEvent | None:
+        attributes = raw.get("Actor", {}).get("Attributes", {})
+        name = attributes.get("name")
+        action = str(raw.get("Action") or raw.get("status") or "")
+        if not name or action not in ACTIONS:
+            return None
+        nanos = raw.get("timeNano")
+        t = nanos / 1e9 if isinstance(nanos, int) else float(raw.get("time", time.time()))
+        exit_code = attributes.get("exitCode")
+        return cls(
+            name=str(name),
+            action=action,
+            t=t,
+            signal=attributes.get("signal"),
+            exit_code=int(exit_code) if exit_code is not None else None,
+        )
+
+
+class EventStream:
+    """A thread that hands each event of the named containers to ``sink``."""
+
+    def __init__(self, names: list[str], sink: Callable[[ContainerEvent], None]) -> None:
+        self._names = names
+        self._sink = sink
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
+        self.connected = threading.Event()
+        self.reconnects = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        since: float | None = None
+        delay = 0.5
+        while not self._stop.is_set():
+            client = None
+            try:
+                client = docker.from_env(timeout=30)
+                self._stream = client.events(
+                    decode=True,
+                    since=None if since is None else int(since),
+                    filters={"type": "container", "container": self._names},
+                )
+                self.connected.set()
+                delay = 0.5
+                for raw in self._stream:
+                    event = ContainerEvent.from_docker(raw)
+                    # ``since`` has whole seconds: skip what a reconnect delivers again.
+                    if event is not None and (since is None or event.t > since):
+                        since = event.t
+                        self._sink(event)
+            except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+                if not self._stop.is_set():
+                    log.warning("docker_events_lost", error=str(exc), retry_in=delay)
+            finally:
+                self.connected.clear()
+                if client is not None:
+                    client.close()
+            if self._stop.wait(delay):
+                break
+            self.reconnects += 1
+            delay = min(delay * 2, 10.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            with contextlib.suppress(OSError, AttributeError):
+                stream.close()

@@ -1,0 +1,93 @@
+"""vLLM's ``/metrics`` page, read with prometheus_client's own parser, down to what decisions use.
+
+Counters are summed over label sets (several engines), per-position counters are kept in order,
+and the ``_created`` time comes along: a new one means the counters reset (a restarted engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkwarden.errors import SparkwardenError
+
+PREFIX = "vllm:spec_decode_"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+CREATED = "vllm:spec_decode_num_draft_tokens_created"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+GENERATION = "vllm:generation_tokens_total"
+
+#: The series ``sparkwarden record`` keeps: enough to replay every decision, nothing more.
+RECORDED_PREFIXES = (PREFIX, "vllm:num_requests_", "vllm:generation_tokens")
+
+
+class MetricsError(SparkwardenError):
+    """The page is not Prometheus text."""
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_pos: tuple[float, ...]
+    created: float | None
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    spec: SpecDecode | None
+    running: float | None
+    waiting: float | None
+    generation_tokens: float | None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+
+def parse(text: str) -> EngineMetrics:
+    """The figures sparkwarden decides on; raises :class:`MetricsError` on anything else."""
+    sums: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    created: float | None = None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name == PER_POS:
+                    position = int(sample.labels.get("position", "0"))
+                    per_pos[position] = per_pos.get(position, 0.0) + sample.value
+                elif name == CREATED:
+                    created = sample.value if created is None else min(created, sample.value)
+                elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, RUNNING, WAITING, GENERATION):
+                    sums[name] = sums.get(name, 0.0) + sample.value
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsError(f"/metrics is not Prometheus text: {exc}") from None
+    if not sums and not per_pos:
+        raise MetricsError("/metrics has no vllm: series")
+    spec = None
+    if DRAFT_TOKENS in sums and ACCEPTED in sums:
+        spec = SpecDecode(
+            drafts=sums.get(DRAFTS, 0.0),
+            draft_tokens=sums[DRAFT_TOKENS],
+            accepted=sums[ACCEPTED],
+            per_pos=tuple(per_pos[i] for i in sorted(per_pos)),
+            created=created,
+        )
+    return EngineMetrics(spec, sums.get(RUNNING), sums.get(WAITING), sums.get(GENERATION))
+
+
+def keep_recorded(text: str) -> str:
+    """Only the lines ``record`` stores (and their HELP/TYPE), so a trace stays small."""
+    kept = []
+    for line in text.splitlines():
+        body = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if body.startswith(RECORDED_PREFIXES):
+            kept.append(line)
+    return "\n".join(kept) + "\n"

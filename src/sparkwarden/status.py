@@ -1,0 +1,162 @@
+"""``sparkwarden status``: one snapshot, as JSON (a contract) or as text for an SSH session.
+
+The daemon publishes the snapshot over its socket and writes it atomically to the state dir, so
+status still answers, from that file, when the daemon is down, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+STATUS_FILE = "status.json"
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1  # gave up, or the LLM is down
+EXIT_NO_DAEMON = 3
+
+
+def write_atomic(path: Path, snapshot: dict[str, Any]) -> None:
+    """Write-then-rename: a reader never sees half a file, a crash never leaves one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(snapshot, handle, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o640)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def exit_code(snapshot: dict[str, Any]) -> int:
+    if snapshot.get("gave_up") or snapshot.get("llm", {}).get("status") != "running":
+        return EXIT_PROBLEM
+    if not snapshot.get("daemon", {}).get("running"):
+        return EXIT_NO_DAEMON
+    return EXIT_OK
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _when(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    moment = datetime.fromisoformat(iso).astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def format_text(s: dict[str, Any]) -> str:
+    """Plain lines under 80 columns: no colour, no TTY needed."""
+    daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
+    acc, budget, hold = s.get("acceptance", {}), s.get("budget", {}), s.get("hold")
+    if daemon.get("running"):
+        head = f"running (pid {daemon.get('pid')}), {daemon.get('state')}"
+    else:
+        head = f"NOT RUNNING; last known state from {s.get('written_at') or 'nowhere'}"
+    lines = [f"sparkwarden: {head}"]
+    if s.get("gave_up"):
+        g = s["gave_up"]
+        lines.append(
+            f"GAVE UP:     {g.get('why')} (reason {g.get('reason')}); run 'sparkwarden reset'"
+        )
+    uptime = f", up {duration(llm.get('uptime_s'))}" if llm.get("uptime_s") is not None else ""
+    lines.append(
+        f"llm:         {llm.get('container') or '-'} {llm.get('status') or 'unknown'}{uptime}"
+    )
+    if llm.get("note"):
+        lines.append(f"             {llm['note']}"[:79])
+    lines.append(f"health:      {llm.get('health') or '-'}"[:79])
+    if llm.get("last_probe"):
+        lines.append(f"last probe:  {llm['last_probe']}"[:79])
+    if acc.get("available") is False:
+        lines.append("acceptance:  no spec-decode metrics: trigger off")
+    else:
+        lines.append(
+            f"acceptance:  {_pct(acc.get('current'))} now, baseline "
+            f"{_pct(acc.get('baseline'))} ({acc.get('note') or '-'})"[:79]
+        )
+    lines.append(
+        f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
+        f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"
+    )
+    nxt = s.get("next_restart")
+    lines.append(
+        f"next:        {_when(nxt.get('at')) if nxt else '-'}"
+        f"{' (' + nxt['reason'] + ')' if nxt else ''}"
+    )
+    lines.append(
+        f"budget:      {budget.get('used', 0)} of {budget.get('limit', '?')} automatic "
+        f"runs used{' - ' + budget['why'] if budget.get('why') not in (None, 'ok') else ''}"[:79]
+    )
+    lines.append(
+        f"hold:        until {_when(hold['until'])} {hold.get('reason') or ''}"
+        if hold
+        else "hold:        none"
+    )
+    last = s.get("last_run")
+    if last:
+        took = f" in {duration(last.get('duration_s'))}" if last.get("duration_s") else ""
+        lines.append(
+            f"last run:    #{last['id']} {last['reason']} {last['result']}{took}, "
+            f"{_when(last.get('started_at'))}"[:79]
+        )
+        if last.get("error"):
+            lines.append(f"             {last['error']}"[:79])
+        steps = [
+            f"{st['name']} {st['duration_s'] or 0:.1f}s"
+            if st["result"] == "ok"
+            else f"{st['name']} {st['result']}"
+            for st in last.get("steps", [])
+        ]
+        for row in _wrap(steps, 66):
+            lines.append(f"             {row}")
+    return "\n".join(lines)
+
+
+def _wrap(items: list[str], width: int) -> list[str]:
+    rows, row = [], ""
+    for item in items:
+        candidate = f"{row}, {item}" if row else item
+        if len(candidate) > width and row:
+            rows.append(row + ",")
+            row = item
+        else:
+            row = candidate
+    if row:
+        rows.append(row)
+    return rows
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,14 +1,15 @@
 """The nightly restart with *crontab* semantics on top of APScheduler 3.x.
 
-Two traps live here. APScheduler numbers weekdays from Monday = 0, so its own
-``CronTrigger.from_crontab("0 4 * * 0")`` fires on Mondays; and crontab fires when *either*
-day-of-month or day-of-week matches when both are restricted, where APScheduler needs both.
-Weekdays are therefore translated to names, and the two day fields become an ``OrTrigger``.
+Three traps live here. APScheduler numbers weekdays from Monday = 0, so its own
+``CronTrigger.from_crontab("0 4 * * 0")`` fires on Mondays; crontab fires when *either*
+day-of-month or day-of-week matches when both are restricted, where APScheduler needs both; and
+across DST APScheduler may skip a night or fire twice. Weekdays are therefore translated to
+names, the two day fields become an ``OrTrigger``, and fields are matched on the wall clock.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.base import BaseTrigger
@@ -53,6 +54,32 @@ def crontab_weekdays(field: str) -> str:
     return ",".join(_DAY_NAMES[d] for d in sorted(days))
 
 
+class WallClockCron(BaseTrigger):  # type: ignore[misc]
+    """Crontab fields matched against the zone's wall clock, as cron does across DST.
+
+    The fields are evaluated on naive local time, then placed in the zone: a time the spring
+    change skips runs right after the change (the same length of time later), and a time the
+    autumn change repeats runs once, at its first occurrence. One restart a night, every night.
+    """
+
+    def __init__(self, fields: BaseTrigger, zone: ZoneInfo) -> None:
+        self.fields = fields  # evaluated in UTC, standing for naive wall time
+        self.zone = zone
+
+    def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
+        wall = now.astimezone(self.zone).replace(tzinfo=None)
+        if previous is not None:
+            after_previous = previous.astimezone(self.zone).replace(tzinfo=None)
+            wall = max(wall, after_previous + timedelta(microseconds=1))
+        naive: datetime | None = self.fields.get_next_fire_time(None, wall.replace(tzinfo=UTC))
+        if naive is None:
+            return None
+        return naive.replace(tzinfo=None).replace(tzinfo=self.zone, fold=0)
+
+    def __str__(self) -> str:
+        return f"wall-clock {self.fields} in {self.zone}"
+
+
 def crontab_trigger(expr: str, timezone: str | None) -> BaseTrigger:
     """Five crontab fields in a zone (None: the host's), as a trigger APScheduler can run."""
     fields = expr.split()
@@ -62,12 +89,15 @@ def crontab_trigger(expr: str, timezone: str | None) -> BaseTrigger:
     zone = ZoneInfo(timezone) if timezone else _host_zone()
     try:
         names = crontab_weekdays(weekday)
-        common = {"minute": minute, "hour": hour, "month": month, "timezone": zone}
+        common = {"minute": minute, "hour": hour, "month": month, "timezone": UTC}
+        matcher: BaseTrigger
         if day != "*" and names != "*":
-            return OrTrigger(
+            matcher = OrTrigger(
                 [CronTrigger(day=day, **common), CronTrigger(day_of_week=names, **common)]
             )
-        return CronTrigger(day=day, day_of_week=names, **common)
+        else:
+            matcher = CronTrigger(day=day, day_of_week=names, **common)
+        return WallClockCron(matcher, zone)
     except ValueError as exc:
         raise ValueError(f"cron {expr!r}: {exc}") from None
 
@@ -90,7 +120,7 @@ def last_fire(trigger: BaseTrigger, now: datetime, horizon: timedelta) -> dateti
     latest = None
     while fire is not None and fire <= now:
         latest = fire
-        fire = next_fire(trigger, fire + timedelta(seconds=1))
+        fire = next_fire(trigger, fire.astimezone(UTC) + timedelta(seconds=1))
     return latest
 
 

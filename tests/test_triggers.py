@@ -1,0 +1,221 @@
+"""Each trigger, pure, with a fake clock and recorded observations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.containers import ContainerState
+from sparkwarden.metrics import EngineMetrics
+from sparkwarden.triggers import (
+    AUTOMATIC,
+    REASONS,
+    DrainState,
+    ExitWatch,
+    HealthState,
+    MemoryState,
+    PastRun,
+    budget,
+    drain_observe,
+    health_observe,
+    memory_observe,
+    uptime_due,
+)
+
+T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
+UP = Health("up", "HTTP 200")
+DEAD = Health("dead", "HTTP 503")
+SLOW = Health("no-answer", "no answer within 10s")
+IDLE = EngineMetrics(None, 0.0, 0.0, 100.0)
+BUSY = EngineMetrics(None, 4.0, 2.0, 100.0)
+HEALTH = HealthConfig(failures=3, stall_after=300)
+
+
+def running(started: datetime) -> ContainerState:
+    return ContainerState("vllm", "id", "running", started, None, 0, False)
+
+
+def test_reason_names_are_the_contract() -> None:
+    assert REASONS == (
+        "schedule",
+        "uptime",
+        "acceptance",
+        "crash",
+        "unhealthy",
+        "memory",
+        "manual",
+        "repair",
+    )
+    assert "manual" not in AUTOMATIC
+
+
+def test_uptime() -> None:
+    assert uptime_due(running(T0), T0 + timedelta(hours=19, minutes=59), 72000) is None
+    why = uptime_due(running(T0), T0 + timedelta(hours=20, minutes=1), 72000)
+    assert why is not None and "up 20.0 h, limit 20 h" in why
+    assert uptime_due(None, T0, 72000) is None
+    assert uptime_due(running(T0), T0 + timedelta(days=9), 0) is None  # 0 turns it off
+
+
+def test_operator_stop_is_not_a_crash() -> None:
+    watch = ExitWatch().on_event("kill", "15", 100.0)
+    assert watch.classify_die(100.4, stop_window=135) == "operator-stop"
+    escalated = watch.on_event("kill", "9", 220.0)  # docker stop ran out of patience
+    assert escalated.classify_die(220.1, stop_window=135) == "operator-stop"
+
+
+def test_crash_and_docker_kill_are_crashes() -> None:
+    assert ExitWatch().classify_die(50.0, stop_window=135) == "crash"
+    assert ExitWatch().on_event("kill", "9", 50.0).classify_die(50.01, 135) == "crash"
+    old_term = ExitWatch().on_event("kill", "15", 0.0)
+    assert old_term.classify_die(1000.0, stop_window=135) == "crash"
+    assert old_term.on_event("start", None, 1.0).classify_die(2.0, 135) == "crash"
+
+
+def check(
+    state: HealthState,
+    t: float,
+    health: Health | None = UP,
+    canary: ChatOutcome | None = None,
+    metrics: EngineMetrics | None = IDLE,
+    uptime: float | None = 3600.0,
+) -> tuple[HealthState, str | None]:
+    return health_observe(
+        state,
+        t=t,
+        uptime_s=uptime,
+        boot_grace=300,
+        health=health,
+        canary=canary,
+        metrics=metrics,
+        cfg=HEALTH,
+    )
+
+
+def test_dead_engine_fires_after_n_in_a_row() -> None:
+    state, why = check(HealthState(), 0, DEAD)
+    state, why = check(state, 30, DEAD)
+    assert why is None and state.failures == 2
+    state, why = check(state, 60, DEAD)
+    assert why is not None and "HTTP 503" in why and "3 checks in a row" in why
+
+
+def test_a_good_check_clears_the_count() -> None:
+    state, _ = check(HealthState(), 0, DEAD)
+    state, _ = check(state, 30, DEAD)
+    state, why = check(state, 60, UP)
+    assert why is None and state.failures == 0
+
+
+def test_boot_grace_ignores_a_loading_engine() -> None:
+    state = HealthState()
+    for t in range(0, 300, 30):
+        state, why = check(state, t, Health("loading", "connection refused"), uptime=t)
+        assert why is None
+    assert "booting" in state.last
+
+
+def test_busy_engine_is_not_dead() -> None:
+    state = HealthState()
+    for t in range(0, 600, 30):
+        state, why = check(state, t, SLOW, metrics=EngineMetrics(None, 4.0, 2.0, 100.0 + t))
+        assert why is None, why
+    assert "busy" in state.last
+
+
+def test_slow_health_while_idle_counts() -> None:
+    state = HealthState()
+    whys = []
+    for t in (0, 30, 60):
+        state, why = check(state, t, SLOW, metrics=IDLE)
+        whys.append(why)
+    assert whys[-1] is not None and "while idle" in whys[-1]
+
+
+def test_failing_canary_behind_a_200_counts() -> None:
+    bad = ChatOutcome(False, "HTTP 500: EngineCore died")
+    state = HealthState()
+    for t in (0, 30):
+        state, why = check(state, t, UP, canary=bad)
+        assert why is None
+    state, why = check(state, 60, UP, canary=bad)
+    assert why is not None and "chat canary" in why
+
+
+def test_stalled_engine_fires_busy_one_does_not() -> None:
+    state = HealthState()
+    for t in range(0, 330, 30):  # tokens frozen while 4 requests "run"
+        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0))
+    assert why is not None and "stalled" in why
+    state = HealthState()
+    for t in range(0, 330, 30):  # tokens flowing: just busy
+        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0 + t))
+        assert why is None
+
+
+def test_memory_floor_alerts_once_per_episode() -> None:
+    cfg = MemoryConfig(floor_gib=8, floor_for=120)
+    state, alert = memory_observe(MemoryState(), 5.0, 0, cfg)
+    assert alert is None
+    state, alert = memory_observe(state, 5.0, 119, cfg)
+    assert alert is None
+    state, alert = memory_observe(state, 5.0, 121, cfg)
+    assert alert == "alert"
+    state, alert = memory_observe(state, 4.0, 500, cfg)
+    assert alert is None
+    state, alert = memory_observe(state, 30.0, 501, cfg)
+    assert alert == "recovered" and state == MemoryState()
+
+
+def test_drain_waits_for_quiet_then_goes() -> None:
+    cfg = DrainConfig(quiet=30, deadline=600)
+    state = DrainState(started=0)
+    state, go = drain_observe(state, BUSY, 0, cfg)
+    assert go is None
+    state, go = drain_observe(state, IDLE, 10, cfg)
+    state, go = drain_observe(state, BUSY, 20, cfg)  # a request came in: start over
+    state, go = drain_observe(state, IDLE, 30, cfg)
+    assert go is None
+    state, go = drain_observe(state, IDLE, 61, cfg)
+    assert go is not None and "idle for 31s" in go
+
+
+def test_drain_deadline_and_no_gauges() -> None:
+    cfg = DrainConfig(quiet=30, deadline=600)
+    state = DrainState(started=0)
+    state, go = drain_observe(state, BUSY, 599, cfg)
+    assert go is None
+    _, go = drain_observe(state, BUSY, 600, cfg)
+    assert go is not None and "deadline" in go
+    _, go = drain_observe(DrainState(started=0), None, 0, cfg)
+    assert go == "no request gauges to wait on"
+
+
+BUDGET = BudgetConfig(max_runs=3, window=6 * 3600, backoff=120, backoff_max=3600)
+
+
+def test_budget_counts_automatic_runs_in_the_window_since_reset() -> None:
+    now = 100_000.0
+    runs = [
+        PastRun("crash", "ok", now - 7 * 3600, None),  # outside the window
+        PastRun("manual", "ok", now - 3600, None),  # an operator's: never counted
+        PastRun("uptime", "ok", now - 1800, now - 1700),
+        PastRun("crash", "ok", now - 900, now - 800),
+    ]
+    verdict = budget(runs, now, 0.0, BUDGET)
+    assert (verdict.used, verdict.limit, verdict.allowed) == (2, 3, True)
+    runs.append(PastRun("crash", "ok", now - 60, now - 50))
+    verdict = budget(runs, now, 0.0, BUDGET)
+    assert not verdict.allowed and verdict.not_before is None  # spent: give up
+    assert budget(runs, now, now - 100, BUDGET).allowed  # after 'sparkwarden reset'
+
+
+def test_backoff_doubles_after_each_failure() -> None:
+    now = 100_000.0
+    one = [PastRun("unhealthy", "failed", now - 100, now - 100)]
+    verdict = budget(one, now, 0.0, BUDGET)
+    assert not verdict.allowed and verdict.not_before == now - 100 + 120
+    assert budget(one, now + 21, 0.0, BUDGET).allowed
+    two = [*one, PastRun("unhealthy", "failed", now - 50, now - 50)]
+    assert budget(two, now, 0.0, BUDGET).not_before == now - 50 + 240

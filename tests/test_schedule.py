@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -69,7 +70,7 @@ def test_once_a_night_across_both_dst_changes() -> None:
     for start in (datetime(2026, 3, 27, tzinfo=BERLIN), datetime(2026, 10, 23, tzinfo=BERLIN)):
         got = fires("30 2 * * *", "Europe/Berlin", start, 5)
         assert len({f.astimezone(BERLIN).date() for f in got}) == 5  # one fire per local day
-        gaps = [(b - a).total_seconds() / 3600 for a, b in zip(got, got[1:], strict=False)]
+        gaps = [(b - a).total_seconds() / 3600 for a, b in itertools.pairwise(got)]
         assert all(22 <= g <= 26 for g in gaps), gaps
 
 
@@ -113,5 +114,5 @@ def test_unknown_zone_is_a_config_error() -> None:
         "llm": {"containers": ["a"], "base_url": "http://127.0.0.1:8000"},
         "schedule": {"timezone": "Mars/Olympus"},
     }
-    with pytest.raises(ConfigError, match="schedule.timezone: unknown time zone"):
+    with pytest.raises(ConfigError, match=r"schedule\.timezone: unknown time zone"):
         parse(data)

@@ -1,0 +1,407 @@
+"""`sparkwarden run` as a real process, supervising real containers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkwarden import control
+from tests.conftest import ROOT, run_cli
+from tests.daemonkit import DaemonProcess, wait_for
+from tests.standin.stage import Stage, wait_healthy
+
+pytestmark = pytest.mark.docker
+
+FAST = {
+    "watch": {"interval": "0.5s", "boot_grace": "0s"},
+    "health": {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "failures": 2},
+    "schedule": {"cron": ""},
+    "budget": {"backoff": "1s"},
+    "drain": {"quiet": "0s", "deadline": "10s"},
+    "docker": {"timeout": "5s", "retry_for": "5s"},
+}
+
+
+@pytest.fixture
+def control_dir() -> Iterator[Path]:
+    """A socket directory others may traverse (pytest's tmp dirs are private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="sw-ctl-"))
+    path.chmod(0o755)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterator[Any]:
+    started: list[DaemonProcess] = []
+
+    def start(
+        llm_names: list[str],
+        port: int,
+        voice_names: list[str],
+        env: dict[str, str] | None = None,
+        ready: bool = True,
+        **sections: dict[str, Any],
+    ) -> DaemonProcess:
+        merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in FAST.items()}
+        merged["control"] = {"socket": str(control_dir / "control.sock"), "group": ""}
+        for key, values in sections.items():
+            merged.setdefault(key, {}).update(values)
+        config = make_config(llm_names, port, voice_names, **merged)
+        daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
+        started.append(daemon)
+        return daemon.start(ready=ready)
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+def step_running(daemon: DaemonProcess, name: str) -> bool:
+    runs = daemon.history()
+    return bool(runs) and any(
+        s["name"] == name and s["result"] == "running" for s in runs[0]["steps"]
+    )
+
+
+def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt])
+
+    stage.client.containers.get(llm).kill()
+    (run,) = wait_for("a crash run", lambda: daemon.runs_with("crash"))
+    assert run["result"] == "ok", run
+    assert run["container"] == llm and "stop_llm" in [s["name"] for s in run["steps"]]
+    assert stage.status(llm) == "running" and stage.status(stt) == "running"
+
+    stage.client.containers.get(llm).stop(timeout=5)  # the operator's own hands
+    time.sleep(3)
+    assert len(daemon.history()) == 1, "a hand-made stop must not be restarted"
+    status = daemon.status()
+    assert status["llm"]["operator_stopped"] == llm
+    assert status["_exit"] == 1  # the LLM is down
+    text = run_cli(daemon.config, "status").stdout
+    assert "stopped by hand" in text
+
+
+def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm(
+        "llm",
+        "--acceptance",
+        "0.6",
+        "--decay-to",
+        "0.1",
+        "--decay-after",
+        "6",
+        "--decay-over",
+        "1",
+        "--drafts-per-s",
+        "300",
+    )
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm],
+        port,
+        [],
+        acceptance={
+            "window": "1s",
+            "min_draft_tokens": 100,
+            "warmup": "0s",
+            "learn_windows": 2,
+            "consecutive": 2,
+        },
+    )
+    run = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=40)[0]
+    assert run["result"] == "ok"
+    log = daemon.text()
+    assert '"event": "drained"' in log and "below 50% of the baseline" in log
+
+
+def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--mode", "chat-fails")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt], health={"canary_interval": "1s"})
+    run = wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy"), timeout=40)[0]
+    assert run["result"] == "failed"  # still a zombie after the restart
+    assert {s["name"]: s["result"] for s in run["steps"]}["chat_probe"] == "failed"
+    assert stage.status(stt) == "running"
+
+
+def test_crash_loop_spends_the_budget_and_gives_up(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--crash-after", "3")
+    stt = stage.voice("stt")
+    daemon = start_daemon(
+        [llm], port, [stt], budget={"max_runs": 2, "window": "1h", "backoff": "0s"}
+    )
+    status = wait_for("gave up", lambda: (s := daemon.status())["gave_up"] and s, timeout=60)
+    assert status["daemon"]["state"] == "gave up" and status["_exit"] == 1
+    assert "restart budget spent" in status["gave_up"]["why"]
+    assert [r["reason"] for r in daemon.history()] == ["crash", "crash"]
+    assert stage.status(stt) == "running"
+    text = run_cli(daemon.config, "status").stdout
+    assert "GAVE UP" in text and "sparkwarden reset" in text
+
+    assert run_cli(daemon.config, "reset").returncode == 0
+    assert wait_for("gave-up cleared", lambda: daemon.status()["gave_up"] is None)
+
+
+def test_kill_9_mid_sequence_then_a_new_daemon_repairs(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "5")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt])
+    restart = subprocess.Popen(
+        [sys.executable, "-m", "sparkwarden", "--config", str(daemon.config), "restart"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for("wait_health", lambda: step_running(daemon, "wait_health"))
+        daemon.signal(signal.SIGKILL)
+        daemon.wait()
+        assert stage.status(stt) == "paused"  # the box as the crash left it
+    finally:
+        restart.kill()
+        restart.wait()
+
+    second = start_daemon([llm], port, [stt])
+    repair = wait_for("a repair run", lambda: second.runs_with("repair"), timeout=60)[0]
+    assert repair["result"] == "ok", repair
+    steps = {s["name"]: s["result"] for s in repair["steps"]}
+    assert steps["stop_llm"] == "skipped" and steps["chat_probe"] == "ok"
+    assert steps["resume_voice"] == "ok"
+    interrupted = [r for r in second.history() if r["reason"] == "manual"]
+    assert interrupted[0]["result"] == "interrupted"
+    assert stage.status(stt) == "running" and stage.status(llm) == "running"
+
+
+def test_sigterm_mid_sequence_resumes_voice_before_exit(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "60")
+    stt = stage.voice("stt")
+    daemon = start_daemon([llm], port, [stt])
+    restart = subprocess.Popen(
+        [sys.executable, "-m", "sparkwarden", "--config", str(daemon.config), "restart"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for("wait_health", lambda: step_running(daemon, "wait_health"))
+        assert stage.status(stt) == "paused"
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        restart.wait(timeout=30)
+    assert stage.status(stt) == "running"
+    run = daemon.history()[0]
+    assert run["result"] == "failed" and "sparkwarden is stopping" in run["error"]
+    assert restart.returncode == 1
+
+
+def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(
+    stage: Stage, start_daemon: Any, control_dir: Path
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    notify_path = control_dir / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(notify_path))
+    messages: list[tuple[float, str]] = []
+
+    def listen() -> None:
+        sink.settimeout(0.5)
+        while True:
+            try:
+                messages.append((time.monotonic(), sink.recv(4096).decode()))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        daemon = start_daemon(
+            [llm],
+            port,
+            [],
+            llm={"probe_timeout": "3s"},
+            env={
+                "NOTIFY_SOCKET": str(notify_path),
+                "WATCHDOG_USEC": "1000000",
+                "SPARKWARDEN_ENABLE_FAULTS": "1",
+            },
+        )
+        ready = wait_for("READY=1", lambda: [m for _, m in messages if "READY=1" in m])
+        assert "STATUS=" in ready[0] and llm in ready[0]
+        wait_for("watchdog pings", lambda: sum("WATCHDOG=1" in m for _, m in messages) >= 3)
+        assert daemon.request({"cmd": "fault", "name": "hang-loop"})["ok"]
+        hung_at = time.monotonic()
+
+        def pings_stopped() -> bool:
+            last = max(t for t, m in messages if "WATCHDOG=1" in m)
+            return time.monotonic() - last > 3.0
+
+        wait_for("pings to stop", pings_stopped, timeout=40)
+        assert time.monotonic() - hung_at < 40
+        daemon.signal(signal.SIGTERM)
+        daemon.wait()
+        wait_for("STOPPING=1", lambda: any("STOPPING=1" in m for _, m in messages))
+    finally:
+        sink.close()
+
+
+def test_hold_blocks_automatic_restarts(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [])
+    held = run_cli(daemon.config, "hold", "1h", "--reason", "swapping-fans")
+    assert held.returncode == 0, held.stderr
+    stage.client.containers.get(llm).kill()
+    time.sleep(3)
+    assert daemon.history() == []
+    status = daemon.status()
+    assert status["hold"]["reason"] == "swapping-fans"
+    assert '"trigger_refused"' in daemon.text()
+    assert run_cli(daemon.config, "release").returncode == 0
+    assert wait_for("hold released", lambda: daemon.status()["hold"] is None)
+
+
+def test_missed_schedule_is_made_up_at_boot_after_a_drain(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "2m"})
+    run = wait_for("a schedule run", lambda: daemon.runs_with("schedule"), timeout=60)[0]
+    assert run["result"] == "ok"
+    assert "making up the run due at" in daemon.text()
+
+
+def test_status_contract_with_and_without_the_daemon(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [])
+    status = wait_for(
+        "a health check", lambda: (s := daemon.status())["llm"]["health"] != "not checked yet" and s
+    )
+    for key in (
+        "daemon",
+        "llm",
+        "memory",
+        "acceptance",
+        "next_restart",
+        "budget",
+        "hold",
+        "last_run",
+    ):
+        assert key in status
+    assert status["daemon"]["running"] is True and status["daemon"]["pid"] == daemon.pid
+    assert status["daemon"]["state"] == "idle"
+    assert status["llm"]["container"] == llm and status["llm"]["status"] == "running"
+    assert status["llm"]["uptime_s"] >= 0
+    assert status["memory"]["total_gib"] > status["memory"]["available_gib"] > 0
+    assert status["budget"] == {"used": 0, "limit": 3, "why": "ok"}
+    assert set(status["acceptance"]) >= {"current", "baseline"}
+    assert status["_exit"] == 0
+    text = run_cli(daemon.config, "status")
+    assert all(len(line) <= 80 for line in text.stdout.splitlines())
+    assert "\x1b[" not in text.stdout
+
+    daemon.stop()
+    offline = daemon.status()
+    assert offline["daemon"]["running"] is False and offline["_exit"] == 3
+    assert "NOT RUNNING" in run_cli(daemon.config, "status").stdout
+
+
+def test_two_restart_requests_never_start_two_sequences(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "4")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [])
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sparkwarden", "--config", str(daemon.config), "restart"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for("the first run", lambda: step_running(daemon, "wait_health"))
+    second = run_cli(daemon.config, "restart")
+    assert second.returncode == 1 and "another sequence is running" in second.stderr
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, out + err
+    assert "run #1 by the daemon" in out and "[8/8] resume_voice" in out
+    assert [r["result"] for r in daemon.history()] == ["ok"]
+
+
+def as_user(uid: int, gid: int, socket_path: Path, payload: dict[str, Any]) -> str:
+    """A bare client as another user (Debian's python3: root's venv is not readable to them)."""
+    code = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "try:\n"
+        "    s.connect(sys.argv[1])\n"
+        "except PermissionError:\n"
+        "    print('not allowed: permission denied'); sys.exit()\n"
+        "s.sendall(sys.argv[2].encode() + b'\\n')\n"
+        "print(s.makefile().readline())\n"
+    )
+    result = subprocess.run(
+        ["/usr/bin/python3", "-c", code, str(socket_path), json.dumps(payload)],
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    return result.stdout + result.stderr
+
+
+def test_control_socket_lets_the_group_in_and_keeps_others_out(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], control={"group": "users"})
+    sock = daemon.settings.control.socket
+    assert oct(sock.stat().st_mode & 0o777) == "0o660" and sock.stat().st_gid == 100
+
+    nobody, nogroup, users = 65534, 65534, 100
+    assert '"ok": true' in as_user(nobody, users, sock, {"cmd": "status"})
+    assert "not allowed" in as_user(nobody, nogroup, sock, {"cmd": "status"})
+    sock.chmod(0o666)  # past the file mode, the peer check still says no
+    refused = as_user(nobody, nogroup, sock, {"cmd": "status"})
+    assert "may not control sparkwarden" in refused
+
+    for raw in (
+        b"not json\n",
+        b'{"cmd": "format-disk"}\n',
+        b'{"cmd": "hold", "seconds": -1}\n',
+        b"x" * 10_000,
+    ):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(sock))
+            conn.sendall(raw)
+            answer = json.loads(conn.makefile().readline())
+        assert answer["ok"] is False and answer["error"]
+    assert daemon.request({"cmd": "fault", "name": "hang-loop"})["ok"] is False  # faults off
+    assert control.call(sock, {"cmd": "status"})["ok"] is True

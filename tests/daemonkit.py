@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparkwarden import control
 from sparkwarden import config as cfg
+from sparkwarden import control
 from tests.conftest import ROOT, run_cli
 
 

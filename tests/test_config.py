@@ -111,3 +111,20 @@ def test_effective_config_parses_back_to_the_same() -> None:
     config = cfg.parse({**MINIMAL, "memory": {"start_wait": "90s"}})
     assert cfg.parse(cfg.effective(config)) == config
     assert cfg.effective(config)["memory"]["start_wait"] == "90s"
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "config" / "sparkwarden.toml"
+
+
+def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
+    import tomllib
+
+    shipped = tomllib.loads(SHIPPED.read_text())
+    config = cfg.load(SHIPPED)
+    defaults = cfg.effective(cfg.parse({"llm": shipped["llm"]}))
+    assert cfg.effective(config) == defaults  # the file states the schema's defaults, no other
+    for section, values in defaults.items():
+        assert set(values) <= set(shipped[section]), f"[{section}] misses keys"
+    text = SHIPPED.read_text()
+    for optional in ("api_key_file", "model", "timezone"):
+        assert f"# {optional} = " in text

@@ -404,3 +404,31 @@ def test_control_socket_lets_the_group_in_and_keeps_others_out(
         assert answer["ok"] is False and answer["error"]
     assert daemon.request({"cmd": "fault", "name": "hang-loop"})["ok"] is False  # faults off
     assert control.call(sock, {"cmd": "status"})["ok"] is True
+
+
+def test_memory_floor_pauses_voice_and_resumes_it_when_memory_is_back(
+    stage: Stage, start_daemon: Any
+) -> None:
+    import psutil
+
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    gib = 1024**3
+    floor = psutil.virtual_memory().available / gib - 1.5
+    daemon = start_daemon(
+        [llm],
+        port,
+        [stt],
+        memory={"floor_gib": round(floor, 2), "floor_for": "1s", "floor_action": "pause_voice"},
+    )
+    hog = bytearray(3 * gib)
+    hog[::4096] = b"\x01" * (len(hog) // 4096)  # touch every page: really resident
+    try:
+        wait_for("voice paused for memory", lambda: stage.status(stt) == "paused", timeout=20)
+        assert daemon.status()["memory"]["below_floor"] is True
+    finally:
+        del hog
+    wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=20)
+    assert '"memory_floor"' in daemon.text() and '"voice_resumed_after_memory"' in daemon.text()
+    assert daemon.history() == []  # a warning and a pause, not a restart

@@ -277,6 +277,7 @@ class Daemon:
             self._memory_alert(t)
         elif alert == "recovered":
             log.info("memory_recovered", available_gib=round(self.memory.available_gib, 1))
+            self._resume_memory_paused()
 
         active = self.active
         running = active is not None and active.status == "running"
@@ -367,13 +368,27 @@ class Daemon:
                 t,
             )
         elif cfg.floor_action == "pause_voice":
+            docker, paused = self.parts.docker, list(self.journal.get("memory_paused") or [])
             for name in self.config.voice.containers:
                 try:
-                    if self.parts.docker.inspect(name).status == "running":
-                        self.parts.docker.pause(name)
+                    if docker.inspect(name).status == "running":
+                        self.journal.put("memory_paused", [*paused, name])  # before acting
+                        docker.pause(name)
+                        paused.append(name)
                         log.warning("voice_paused_for_memory", container=name)
                 except SparkwardenError as exc:
                     log.error("voice_pause_failed", container=name, error=str(exc))
+
+    def _resume_memory_paused(self) -> None:
+        """Unpause exactly what the memory floor paused, once memory is back."""
+        for name in self.journal.get("memory_paused") or []:
+            try:
+                if self.parts.docker.inspect(name).status == "paused":
+                    self.parts.docker.unpause(name)
+                    log.info("voice_resumed_after_memory", container=name)
+            except SparkwardenError as exc:
+                log.error("voice_resume_failed", container=name, error=str(exc))
+        self.journal.delete("memory_paused")
 
     # --- deciding and acting -------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ def test_effective_config_parses_back_to_the_same() -> None:
     assert cfg.effective(config)["memory"]["start_wait"] == "90s"
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "config" / "sparkwarden.toml"
+SHIPPED = Path(__file__).resolve().parent.parent / "config" / "sparkwarden.toml"  # a symlink
 
 
 def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:

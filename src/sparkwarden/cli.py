@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -100,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_argument("--reason", default="", help="shown in status")
     command("release", "end a hold now")
     command("reset", "clear the restart budget and a 'gave up' state")
+
+    install = command("install-service", "install, enable and start the systemd unit (root)")
+    install.add_argument("--no-start", action="store_true", help="enable only; do not start")
+    install.add_argument("--root", type=Path, help="install under this directory, not systemd")
+    uninstall = command("uninstall-service", "stop, disable and remove the systemd unit (root)")
+    uninstall.add_argument("--purge", action="store_true", help="also config, state and group")
+    uninstall.add_argument("--root", type=Path, help="remove from under this directory")
     return parser
 
 
@@ -112,6 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sparkwarden.errors import ConfigError, SparkwardenError
 
     logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
+    if args.command in ("install-service", "uninstall-service"):  # before any config exists
+        from sparkwarden.actions import install
+
+        try:
+            if args.command == "install-service":
+                return install.install(args.root, start=not args.no_start)
+            return install.uninstall(args.root, purge=args.purge)
+        except SparkwardenError as exc:
+            print(f"sparkwarden: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     try:
         config = config_mod.load(args.config)
     except ConfigError as exc:

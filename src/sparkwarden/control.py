@@ -15,7 +15,7 @@ import pwd
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -118,7 +118,9 @@ def allowed(peer: Peer, group: str | None) -> bool:
     return gid in os.getgrouplist(user, peer.gid)
 
 
-Handler = Callable[[Any, Peer], dict[str, Any]]
+#: An answer is one JSON object, or a stream of them (a restart reports step by step).
+Answer = dict[str, Any] | Iterator[dict[str, Any]]
+Handler = Callable[[Any, Peer], Answer]
 
 
 class ControlServer:
@@ -182,9 +184,14 @@ class ControlServer:
                 log.warning("control_io_error", error=str(exc))
                 return
             with contextlib.suppress(OSError):
-                _send(conn, answer)
+                if isinstance(answer, dict):
+                    _send(conn, answer)
+                    return
+                conn.settimeout(None)  # a streamed run: one line per step, for minutes
+                for line in answer:
+                    _send(conn, line)
 
-    def _answer(self, raw: bytes | None, peer: Peer) -> dict[str, Any]:
+    def _answer(self, raw: bytes | None, peer: Peer) -> Answer:
         if raw is None:
             return {"ok": False, "error": f"request larger than {MAX_REQUEST} bytes"}
         try:
@@ -224,10 +231,13 @@ def _send(conn: socket.socket, payload: dict[str, Any]) -> None:
     conn.sendall(json.dumps(payload, default=str).encode() + b"\n")
 
 
-def call(path: Path, payload: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-    """Ask the daemon; :class:`DaemonUnavailable` when none listens."""
+def stream(
+    path: Path, payload: dict[str, Any], timeout: float | None = 10.0
+) -> Iterator[dict[str, Any]]:
+    """Ask the daemon and yield each JSON line it answers; :class:`DaemonUnavailable` when none
+    listens. ``timeout`` bounds each wait for a line (None: a streamed run may take minutes)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
+    sock.settimeout(10.0)
     try:
         try:
             sock.connect(str(path))
@@ -238,18 +248,27 @@ def call(path: Path, payload: dict[str, Any], timeout: float = 10.0) -> dict[str
                 f"not allowed to use {path}: run as root or join its group"
             ) from None
         _send(sock, payload)
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except TimeoutError:
-        raise SparkwardenError(f"the daemon did not answer on {path} within {timeout:g}s") from None
+        sock.settimeout(timeout)
+        lines = sock.makefile("rb")
+        while True:
+            try:
+                raw = lines.readline()
+            except TimeoutError:
+                raise SparkwardenError(
+                    f"the daemon did not answer on {path} within {timeout:g}s"
+                ) from None
+            if not raw:
+                return
+            try:
+                yield json.loads(raw)
+            except ValueError:
+                raise SparkwardenError(f"the daemon's answer on {path} is not JSON") from None
     finally:
         sock.close()
-    try:
-        answer: dict[str, Any] = json.loads(data)
-    except ValueError:
-        raise SparkwardenError(f"the daemon's answer on {path} is not JSON") from None
-    return answer
+
+
+def call(path: Path, payload: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """Ask the daemon for one answer; :class:`DaemonUnavailable` when none listens."""
+    for answer in stream(path, payload, timeout):
+        return answer
+    raise SparkwardenError(f"the daemon closed {path} without an answer")

@@ -14,7 +14,8 @@ import queue
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
@@ -27,6 +28,7 @@ from sparkwarden.adapters.vllm import ChatOutcome, Health
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.control import (
+    Answer,
     ControlServer,
     FaultRequest,
     HoldRequest,
@@ -61,13 +63,14 @@ class Pending:
 
 @dataclass
 class ManualCall:
-    """An operator's restart through the socket; the caller waits for its run id."""
+    """An operator's restart through the socket: its steps are streamed back to the caller."""
 
     reason: str
     started: threading.Event = field(default_factory=threading.Event)
     run_id: int | None = None
     cancelled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
 
     def claim(self) -> bool:
         with self.lock:
@@ -480,14 +483,27 @@ class Daemon:
                 if call is not None:
                     call.run_id = event.run_id
                     call.started.set()
+            if call is not None and (event.phase == "end" or event.summary):
+                call.events.put({"event": "step", **asdict(event)})
             self._publish()
 
+        outcome = None
         try:
             outcome = sequence.restart(self.config, reason, self.parts, observer=observe)
         finally:
             self.run_lock.release()
             self.last_sequence_end = time.time()
             self.state, self.step_text = "idle", ""
+            if call is not None:
+                call.events.put(
+                    {
+                        "event": "done",
+                        "ok": bool(outcome and outcome.ok),
+                        "run": call.run_id,
+                        "container": outcome.container if outcome else None,
+                        "error": outcome.error if outcome else "sparkwarden stopped mid-run",
+                    }
+                )
         self.health = triggers.HealthState()
         self.due = {
             "health": 0.0,
@@ -544,7 +560,7 @@ class Daemon:
 
     # --- operator requests (control thread) ----------------------------------------------------
 
-    def _request(self, request: Any, peer: Peer) -> dict[str, Any]:
+    def _request(self, request: Any, peer: Peer) -> Answer:
         log.info("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
         if isinstance(request, StatusRequest):
             with self.snapshot_lock:
@@ -565,17 +581,24 @@ class Daemon:
             journal.close()
             self.queue.put(("wake", None))
 
-    def _manual(self, reason: str) -> dict[str, Any]:
+    def _manual(self, reason: str) -> Iterator[dict[str, Any]]:
+        """Queue the run for the main thread, then stream its steps until it is done."""
         holder = self.run_lock.held_by_other()
         if holder or self.state == "restarting":
-            return {
-                "ok": False,
-                "error": f"another sequence is running: {holder or self.step_text}",
-            }
+            yield {"ok": False, "error": f"another sequence is running: {holder or self.step_text}"}
+            return
         call = ManualCall(reason)
         self.queue.put(call)
-        if call.started.wait(timeout=10.0):
-            return {"ok": True, "run": call.run_id}
+        if not call.started.wait(timeout=10.0) and call.cancel():
+            yield {"ok": False, "error": "the daemon is busy; try again"}
+            return
+        call.started.wait()
+        yield {"ok": True, "run": call.run_id}
+        while True:
+            event = call.events.get()
+            yield event
+            if event["event"] == "done":
+                return
         if call.cancel():
             return {"ok": False, "error": "the daemon is busy; try again"}
         call.started.wait(timeout=5.0)

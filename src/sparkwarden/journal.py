@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from sparkwarden.errors import SparkwardenError
+
 RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
 StepResult = Literal["ok", "failed", "skipped", "running"]
 
@@ -109,15 +111,23 @@ class RunRecord:
 
 class Journal:
     def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except PermissionError:
+            raise SparkwardenError(f"cannot create the state dir {state_dir}") from None
         self.path = state_dir / "journal.sqlite3"
         self._clock = clock
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        os.chmod(self.path, 0o640)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            os.chmod(self.path, 0o640)
+        except (sqlite3.Error, PermissionError) as exc:
+            raise SparkwardenError(
+                f"cannot open the journal {self.path}: {exc} (it is root's: run as root)"
+            ) from None
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -8,12 +8,10 @@ same lock.
 from __future__ import annotations
 
 import sys
-import time
 
 from sparkwarden import control, sequence
 from sparkwarden.config import Config
 from sparkwarden.errors import SparkwardenError
-from sparkwarden.journal import Journal
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
 
@@ -35,19 +33,9 @@ def _print_step(event: StepEvent) -> None:
 def run(config: Config, reason: str, dry_run: bool) -> int:
     if not dry_run:
         try:
-            answer = control.call(
-                config.control.socket, {"cmd": "restart", "reason": reason}, timeout=20.0
-            )
+            return _through_daemon(config, reason)
         except control.DaemonUnavailable:
             pass
-        else:
-            if not answer.get("ok"):
-                raise SparkwardenError(str(answer.get("error")))
-            print(
-                f"sparkwarden restart (reason {reason}): run #{answer['run']} by the daemon",
-                flush=True,
-            )
-            return _follow(config, int(answer["run"]))
     parts = Parts.from_config(config)
     try:
         if dry_run:
@@ -67,34 +55,27 @@ def run(config: Config, reason: str, dry_run: bool) -> int:
         parts.close()
 
 
-def _follow(config: Config, run_id: int) -> int:
-    """Print the daemon's run step by step from the journal until it ends."""
-    journal = Journal(config.state.dir)
-    shown = 0
-    try:
-        while True:
-            record = journal.run(run_id)
-            if record is None:
-                raise SparkwardenError(f"run #{run_id} is not in the journal")
-            ended = [s for s in record.steps if s.result != "running"]
-            for step in ended[shown:]:
-                summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-                print(
-                    _line(
-                        STEPS.index(step.name) + 1,
-                        step.name,
-                        step.result,
-                        step.duration_s or 0.0,
-                        summary,
-                    ),
-                    flush=True,
-                )
-            shown = len(ended)
-            if record.result != "running":
-                return _verdict(run_id, record.result == "ok", record.container, record.error)
-            time.sleep(0.2)
-    finally:
-        journal.close()
+def _through_daemon(config: Config, reason: str) -> int:
+    """The daemon runs it (single flight) and streams each step back over its socket."""
+    answers = control.stream(
+        config.control.socket, {"cmd": "restart", "reason": reason}, timeout=None
+    )
+    first = next(answers, None)
+    if first is None or not first.get("ok"):
+        raise SparkwardenError(str(first.get("error") if first else "no answer from the daemon"))
+    print(f"sparkwarden restart (reason {reason}): run #{first['run']} by the daemon", flush=True)
+    for answer in answers:
+        if answer.get("event") == "step":
+            fields = {
+                k: answer[k]
+                for k in ("phase", "name", "index", "run_id", "result", "summary", "duration_s")
+            }
+            _print_step(StepEvent(**fields))
+        elif answer.get("event") == "done":
+            return _verdict(
+                int(first["run"]), bool(answer["ok"]), answer.get("container"), answer.get("error")
+            )
+    raise SparkwardenError(f"lost the daemon during run #{first['run']}: see 'sparkwarden history'")
 
 
 def _verdict(run_id: int, ok: bool, container: str | None, error: str | None) -> int:

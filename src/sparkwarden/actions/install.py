@@ -1,0 +1,146 @@
+"""``install-service`` and ``uninstall-service``: the systemd unit, a config, the socket group.
+
+Every action is printed before it is taken; an existing config is never overwritten; the unit's
+``ExecStart`` points at the executable that ran this command (a pipx or venv install).
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+from sparkwarden.config import DEFAULT_PATH
+from sparkwarden.errors import SparkwardenError
+
+UNIT_NAME = "sparkwarden.service"
+UNIT_DIR = Path("/etc/systemd/system")
+PACKAGED_EXEC = "/usr/local/bin/sparkwarden"
+GROUP = "sparkwarden"
+
+
+def packaged(name: str) -> str:
+    return resources.files("sparkwarden").joinpath("data", name).read_text()
+
+
+def executable() -> str:
+    """How systemd should start this very installation of sparkwarden."""
+    found = shutil.which(sys.argv[0]) or shutil.which("sparkwarden")
+    command = str(Path(found).absolute()) if found else f"{sys.executable} -m sparkwarden"
+    for real in {Path(found).resolve() if found else None, Path(sys.executable).resolve()}:
+        if real is None or not (real.is_relative_to("/root") or real.is_relative_to("/home")):
+            continue
+        raise SparkwardenError(
+            f"sparkwarden runs from {real.parent}, which the unit's ProtectHome=yes "
+            "hides: install it in /opt (python3 -m venv /opt/sparkwarden && "
+            "/opt/sparkwarden/bin/pip install sparkwarden) and run install-service from there"
+        )
+    return command
+
+
+def render_unit(exec_path: str) -> str:
+    text = packaged(UNIT_NAME)
+    if PACKAGED_EXEC not in text:
+        raise SparkwardenError(f"the packaged unit has no ExecStart={PACKAGED_EXEC} to point")
+    return text.replace(f"ExecStart={PACKAGED_EXEC} ", f"ExecStart={exec_path} ")
+
+
+def _say(text: str) -> None:
+    print(f"sparkwarden: {text}", flush=True)
+
+
+def _run(*argv: str) -> None:
+    _say("running " + " ".join(argv))
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SparkwardenError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+def _write(path: Path, text: str, mode: int, gid: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    if gid is not None:
+        os.chown(tmp, 0, gid)
+    tmp.replace(path)
+
+
+def _group_id() -> int | None:
+    try:
+        return grp.getgrnam(GROUP).gr_gid
+    except KeyError:
+        return None
+
+
+def install(root: Path | None, start: bool) -> int:
+    """Put the unit and a config in place; enable and start the unit (unless ``root``)."""
+    live = root is None
+    if live and os.geteuid() != 0:
+        raise SparkwardenError("install-service must run as root (it writes to /etc)")
+    base = root or Path("/")
+    if live and _group_id() is None:
+        _say(f"creating the system group {GROUP!r} for the control socket")
+        _run("groupadd", "--system", GROUP)
+    gid = _group_id() if live else None
+
+    unit = base / UNIT_DIR.relative_to("/") / UNIT_NAME
+    exec_path = executable()
+    _say(f"writing {unit} (ExecStart={exec_path} ...)")
+    _write(unit, render_unit(exec_path), 0o644)
+
+    config = base / DEFAULT_PATH.relative_to("/")
+    if config.exists():
+        _say(f"keeping the existing {config} (never overwritten)")
+    else:
+        _say(f"writing the default {config}: edit llm.containers and llm.base_url")
+        _write(config, packaged("sparkwarden.toml"), 0o640)
+    if gid is not None:  # the group reads the config to find the control socket
+        _say(f"making {config.parent} and {config.name} readable to group {GROUP!r} (0750/0640)")
+        for path, mode in ((config.parent, 0o750), (config, 0o640)):
+            os.chown(path, 0, gid)
+            path.chmod(mode)
+    if not live:
+        _say(f"installed under {base}; systemd not touched")
+        return 0
+    _run("systemctl", "daemon-reload")
+    if start:
+        _run("systemctl", "enable", "--now", UNIT_NAME)
+    else:
+        _run("systemctl", "enable", UNIT_NAME)
+    _say(
+        "done. Watch it with: systemctl status sparkwarden; journalctl -u sparkwarden -o cat; "
+        "sparkwarden status"
+    )
+    return 0
+
+
+def uninstall(root: Path | None, purge: bool) -> int:
+    """Stop, disable and remove the unit; config and state stay unless ``purge``."""
+    live = root is None
+    if live and os.geteuid() != 0:
+        raise SparkwardenError("uninstall-service must run as root")
+    base = root or Path("/")
+    unit = base / UNIT_DIR.relative_to("/") / UNIT_NAME
+    if live:
+        _run("systemctl", "disable", "--now", UNIT_NAME)
+    if unit.exists():
+        _say(f"removing {unit}")
+        unit.unlink()
+    if live:
+        _run("systemctl", "daemon-reload")
+    leftovers = [base / DEFAULT_PATH.parent.relative_to("/"), base / "var/lib/sparkwarden"]
+    if purge:
+        for path in leftovers:
+            if path.exists():
+                _say(f"removing {path}")
+                shutil.rmtree(path)
+        if live and _group_id() is not None:
+            _run("groupdel", GROUP)
+    else:
+        _say("kept " + ", ".join(str(p) for p in leftovers if p.exists()) + " (--purge removes)")
+    return 0

@@ -1,0 +1,307 @@
+"""The shipped unit under a real systemd: PID 1 in a container on the local Docker engine.
+
+A minimal Debian rootfs (debootstrap, cached between runs) boots systemd with a private cgroup
+namespace (never the host's /sys/fs/cgroup, never --privileged). sparkwarden is installed inside
+from wheels built here, supervises stand-in containers on the host's engine through the Docker
+socket, and reaches their ports on 127.0.0.1 through the host network.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+import tomli_w
+
+from tests.conftest import ROOT
+from tests.daemonkit import wait_for
+from tests.standin.stage import Stage, wait_healthy
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "sparkwarden-systemd:bookworm"
+CACHE = Path("/var/cache/sparkwarden-tests")
+ROOTFS = CACHE / "rootfs-bookworm"
+PACKAGES = "systemd,systemd-sysv,dbus,python3,python3-venv,passwd,util-linux"
+UNIT = ROOT / "packaging" / "systemd" / "sparkwarden.service"
+BIN = "/opt/sparkwarden/bin/sparkwarden"
+
+
+def build_rootfs() -> Path:
+    """debootstrap once per machine (about a minute); later runs reuse it."""
+    if (ROOTFS / "lib/systemd/systemd").exists():
+        return ROOTFS
+    partial = CACHE / f"partial-{uuid.uuid4().hex[:6]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={PACKAGES}",
+            "bookworm",
+            str(partial),
+            "http://deb.debian.org/debian",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    (partial / "etc/machine-id").write_text("")
+    partial.rename(ROOTFS)
+    return ROOTFS
+
+
+@pytest.fixture(scope="module")
+def rootfs() -> Path:
+    return build_rootfs()
+
+
+@pytest.fixture(scope="module")
+def image(docker_client: docker.DockerClient, rootfs: Path) -> str:
+    try:
+        docker_client.images.get(IMAGE)
+        return IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(
+        [
+            "docker",
+            "import",
+            "-c",
+            'CMD ["/lib/systemd/systemd"]',
+            "-c",
+            "ENV container=docker",
+            "-",
+            IMAGE,
+        ],
+        stdin=tar.stdout,
+        check=True,
+        capture_output=True,
+    )
+    tar.wait()
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sparkwarden and everything it needs, as wheels for the container's Python 3.11."""
+    out = tmp_path_factory.mktemp("wheels")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    out.chmod(0o755)
+    return out
+
+
+def test_unit_verifies_without_a_word(rootfs: Path, tmp_path: Path) -> None:
+    """systemd-analyze verify only warns on a bad key (exit 0): any output is a failure."""
+    root = tmp_path / "root"
+    shutil.copytree(
+        rootfs,
+        root,
+        symlinks=True,
+        ignore_dangling_symlinks=True,
+        ignore=shutil.ignore_patterns("usr", "var", "proc", "sys", "dev"),
+    )
+    (root / "usr").symlink_to(rootfs / "usr")  # systemd's own units, read-only use
+    (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+    shutil.copy(UNIT, root / "etc/systemd/system/sparkwarden.service")
+    result = verify(root, root / "opt/bin/sparkwarden")
+    assert result.returncode == 0 and result.stdout + result.stderr == "", result.stderr
+
+    broken = UNIT.read_text().replace("WatchdogSec=", "WatchdgSec=")
+    (root / "etc/systemd/system/sparkwarden.service").write_text(broken)
+    result = verify(root, root / "opt/bin/sparkwarden")
+    assert "Unknown key" in result.stderr  # the check can fail
+
+
+def verify(root: Path, exe: Path) -> subprocess.CompletedProcess[str]:
+    unit = root / "etc/systemd/system/sparkwarden.service"
+    text = unit.read_text().replace("/usr/local/bin/sparkwarden", "/opt/bin/sparkwarden")
+    unit.write_text(text)
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text("#!/bin/sh\n")  # verify checks that ExecStart names an executable file
+    exe.chmod(0o755)
+    return subprocess.run(
+        ["systemd-analyze", "verify", f"--root={root}", "sparkwarden.service"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+class Box:
+    """The systemd container: exec as root or as a user, write files."""
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+
+    def sh(self, command: str, user: str = "root") -> tuple[int, str]:
+        argv = ["/bin/sh", "-c", command]
+        if user != "root":
+            argv = ["runuser", "-u", user, "--", *argv]
+        code, out = self.container.exec_run(argv, demux=False)
+        return int(code), out.decode(errors="replace")
+
+    def ok(self, command: str, user: str = "root") -> str:
+        code, out = self.sh(command, user)
+        assert code == 0, f"{command!r} exited {code}:\n{out}"
+        return out
+
+    def put(self, path: str, text: str, mode: int = 0o644) -> None:
+        data = text.encode()
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(Path(path).name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+        self.ok(f"mkdir -p {Path(path).parent}")
+        self.container.put_archive(str(Path(path).parent), buffer.getvalue())
+
+    def show(self, prop: str) -> str:
+        return self.ok(f"systemctl show -p {prop} --value sparkwarden").strip()
+
+
+@pytest.fixture(scope="module")
+def box(docker_client: docker.DockerClient, image: str, wheels: Path) -> Iterator[Box]:
+    stage = Stage(docker_client)
+    name = f"{stage.prefix}-systemd"
+    container = docker_client.containers.run(
+        image,
+        name=name,
+        detach=True,
+        network_mode="host",
+        cgroupns="private",
+        cap_add=["SYS_ADMIN"],
+        stop_signal="SIGRTMIN+3",
+        tmpfs={"/run": "", "/run/lock": "", "/tmp": ""},
+        volumes={
+            "/var/run/docker.sock": {"bind": "/run/docker.sock", "mode": "rw"},
+            str(wheels): {"bind": "/wheels", "mode": "ro"},
+        },
+    )
+    box = Box(container)
+    try:
+        wait_for(
+            "systemd to boot",
+            lambda: box.sh("systemctl is-system-running")[1].strip() in ("running", "degraded"),
+            timeout=60,
+        )
+        # Docker mounts /proc/sys read-only in containers; on a real host it is writable.
+        box.ok("mount -o remount,rw,bind /proc/sys")
+        box.ok(
+            "python3 -m venv /opt/sparkwarden && /opt/sparkwarden/bin/pip install -q "
+            "--no-index --find-links /wheels sparkwarden"
+        )
+        llm, port = stage.llm("llm")
+        stt = stage.voice("stt")
+        wait_healthy(port)
+        config = {
+            "llm": {
+                "containers": [llm],
+                "base_url": f"http://127.0.0.1:{port}",
+                "stop_timeout": "10s",
+                "health_timeout": "30s",
+                "probe_timeout": "5s",
+                "poll_interval": "0.2s",
+            },
+            "voice": {"containers": [stt]},
+            "memory": {"start_min_available_gib": 1, "start_wait": "10s"},
+            "schedule": {"cron": ""},
+            "watch": {"interval": "1s"},
+            "health": {"interval": "2s", "timeout": "2s"},
+            "docker": {"timeout": "5s", "retry_for": "5s"},
+        }
+        box.put("/etc/sparkwarden/sparkwarden.toml", tomli_w.dumps(config), 0o600)
+        box.llm, box.stt = llm, stt  # type: ignore[attr-defined]
+        yield box
+    finally:
+        container.remove(force=True)
+        stage.cleanup()
+
+
+def test_install_service_starts_it_only_after_ready(box: Box) -> None:
+    before = box.ok("cat /etc/sparkwarden/sparkwarden.toml")
+    began = time.monotonic()
+    out = box.ok(f"{BIN} install-service")
+    assert "keeping the existing /etc/sparkwarden/sparkwarden.toml" in out
+    assert box.ok("cat /etc/sparkwarden/sparkwarden.toml") == before  # never overwritten
+    # systemctl start (inside enable --now) returns once READY=1 came: already active.
+    assert box.show("ActiveState") == "active", box.sh("journalctl -u sparkwarden -o cat")[1]
+    assert box.show("Type") == "notify"
+    assert time.monotonic() - began < 60
+    assert box.ok("getent group sparkwarden").startswith("sparkwarden:")
+    unit = box.ok("cat /etc/systemd/system/sparkwarden.service")
+    assert f"ExecStart={BIN} --config /etc/sparkwarden/sparkwarden.toml run" in unit
+    code, out = box.sh("systemd-analyze verify /etc/systemd/system/sparkwarden.service")
+    assert code == 0 and out == "", out
+
+
+def test_status_text_reaches_systemd_and_status_answers(box: Box) -> None:
+    llm = box.llm  # type: ignore[attr-defined]
+    wait_for("STATUS=", lambda: llm in box.show("StatusText"))
+    assert "idle" in box.show("StatusText")
+    out = box.ok(f"{BIN} status")
+    assert "sparkwarden: running" in out and llm in out
+    journal = box.ok("journalctl -u sparkwarden -o cat")
+    assert '"event": "ready"' in journal
+
+
+def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box) -> None:
+    box.ok("useradd -M -G sparkwarden alice && useradd -M bob")
+    out = box.ok(f"{BIN} restart", user="alice")
+    assert "by the daemon" in out and "[8/8] resume_voice" in out and "ok:" in out
+    runs = box.ok(f"{BIN} history --json")
+    assert '"reason": "manual"' in runs and '"result": "ok"' in runs
+
+    box.ok("cp /etc/sparkwarden/sparkwarden.toml /tmp/bob.toml && chmod 644 /tmp/bob.toml")
+    code, out = box.sh(f"{BIN} --config /tmp/bob.toml restart", user="bob")
+    assert code == 1 and "not allowed to use /run/sparkwarden/control.sock" in out
+    code, out = box.sh(f"{BIN} status", user="bob")  # the real config is not his to read
+    assert code == 2 and "Permission denied" in out
+
+
+def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None:
+    box.put(
+        "/etc/systemd/system/sparkwarden.service.d/test.conf",
+        "[Service]\nEnvironment=SPARKWARDEN_ENABLE_FAULTS=1\nWatchdogSec=4s\nRestartSec=1s\n",
+    )
+    box.ok("systemctl daemon-reload && systemctl restart sparkwarden")
+    assert box.show("NRestarts") == "0"
+    box.ok(
+        '/opt/sparkwarden/bin/python -c "from pathlib import Path; from sparkwarden import '
+        "control; print(control.call(Path('/run/sparkwarden/control.sock'), "
+        "{'cmd': 'fault', 'name': 'hang-loop'}))\""
+    )
+    wait_for("a watchdog restart", lambda: int(box.show("NRestarts")) >= 1, timeout=60)
+    wait_for("active again", lambda: box.show("ActiveState") == "active", timeout=30)
+    journal = box.ok("journalctl -u sparkwarden -o cat")
+    assert "Watchdog timeout" in journal
+    box.ok("rm -r /etc/systemd/system/sparkwarden.service.d && systemctl daemon-reload")
+
+
+def test_systemctl_stop_ends_it_cleanly_and_uninstall_removes_it(box: Box) -> None:
+    box.ok("systemctl restart sparkwarden")
+    box.ok("systemctl stop sparkwarden")
+    assert box.show("ActiveState") == "inactive"
+    assert box.show("Result") == "success"
+    assert '"event": "stopped"' in box.ok("journalctl -u sparkwarden -o cat")
+    out = box.ok(f"{BIN} uninstall-service")
+    assert "kept /etc/sparkwarden" in out
+    assert box.sh("test -e /etc/systemd/system/sparkwarden.service")[0] == 1
+    assert box.sh("test -e /etc/sparkwarden/sparkwarden.toml")[0] == 0

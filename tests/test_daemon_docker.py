@@ -288,7 +288,9 @@ def test_hold_blocks_automatic_restarts(stage: Stage, start_daemon: Any) -> None
 def test_missed_schedule_is_made_up_at_boot_after_a_drain(stage: Stage, start_daemon: Any) -> None:
     llm, port = stage.llm("llm")
     wait_healthy(port)
-    daemon = start_daemon([llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "2m"})
+    daemon = start_daemon(
+        [llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "2m", "min_uptime": "0s"}
+    )
     run = wait_for("a schedule run", lambda: daemon.runs_with("schedule"), timeout=60)[0]
     assert run["result"] == "ok"
     assert "making up the run due at" in daemon.text()

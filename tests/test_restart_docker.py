@@ -18,6 +18,7 @@ from sparkwarden import sequence
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
 from tests.conftest import ROOT, run_cli
+from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy
 
 pytestmark = pytest.mark.docker
@@ -75,10 +76,12 @@ def test_happy_path_same_container_voice_quiet_exactly_while_llm_is_down(
     after = stage.attrs(llm)
     assert after["Id"] == before["Id"]
     assert after["State"]["StartedAt"] > before["State"]["StartedAt"]
-    assert (stage.status(stt), stage.status(tts), stage.status(off)) == (
-        "running",
-        "paused",
-        "exited",
+    assert_sound(
+        stage,
+        history(config),
+        llm=llm,
+        port=port,
+        voice={stt: "running", tts: "paused", off: "exited"},
     )
     assert events(stage.client, since, {llm, stt, tts, off}) == [
         (stt, "pause"),
@@ -111,7 +114,7 @@ def test_zombie_boot_fails_the_run_and_voice_is_resumed(stage: Stage, make_confi
     assert steps_of(run)["wait_health"] == "ok"
     assert steps_of(run)["chat_probe"] == "failed"
     assert steps_of(run)["resume_voice"] == "ok"
-    assert stage.status(stt) == "running"
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
 
 
 def test_never_healthy_times_out_and_skips_the_probe(stage: Stage, make_config: Any) -> None:
@@ -126,7 +129,7 @@ def test_never_healthy_times_out_and_skips_the_probe(stage: Stage, make_config: 
     assert "not healthy within 3s" in run["error"] and "HTTP 503" in run["error"]
     assert steps_of(run)["wait_health"] == "failed"
     assert steps_of(run)["chat_probe"] == "skipped"
-    assert stage.status(stt) == "running"
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
 
 
 def test_engine_that_dies_while_loading_fails_fast(stage: Stage, make_config: Any) -> None:
@@ -140,6 +143,7 @@ def test_engine_that_dies_while_loading_fails_fast(stage: Stage, make_config: An
     wait = next(s for s in run["steps"] if s["name"] == "wait_health")
     assert wait["result"] == "failed" and wait["detail"]["exit_code"] == 1
     assert "exited with code 1 while loading" in run["error"]
+    assert_sound(stage, history(config), llm=llm, port=port, voice={})
 
 
 def test_memory_gate_not_met_the_llm_is_not_started(stage: Stage, make_config: Any) -> None:
@@ -163,7 +167,7 @@ def test_memory_gate_not_met_the_llm_is_not_started(stage: Stage, make_config: A
     assert drop["detail"]["gate_gib"] == 100000 and drop["detail"]["available_after_gib"] > 0
     assert steps_of(run)["start_llm"] == "skipped"
     assert stage.status(llm) == "exited"  # never started into ghost memory
-    assert stage.status(stt) == "running"
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
 
 
 def test_docker_start_failure_port_taken(stage: Stage, make_config: Any) -> None:
@@ -189,7 +193,7 @@ def test_docker_start_failure_port_taken(stage: Stage, make_config: Any) -> None
     assert not outcome.ok and outcome.error is not None and "start" in outcome.error
     assert steps_of(run)["start_llm"] == "failed"
     assert steps_of(run)["wait_health"] == "skipped"
-    assert stage.status(stt) == "running"
+    assert_sound(stage, [run], llm=llm, port=port, voice={stt: "running"})
 
 
 @pytest.mark.parametrize("missing_role", ["llm", "voice"])
@@ -210,9 +214,9 @@ def test_missing_container_is_named_and_nothing_is_touched(
     assert f"inspect {ghost}: no such container" in result.stderr
     assert "Traceback" not in result.stderr
     assert started_at(stage, llm) == before and stage.status(llm) == "running"
-    assert stage.status(stt) == "running"
     (run,) = history(config)
     assert steps_of(run)["detect"] == "failed" and steps_of(run)["pause_voice"] == "skipped"
+    assert_sound(stage, [run], llm=llm, port=port, voice={stt: "running"})
 
 
 def test_concurrent_restart_is_refused_naming_the_running_one(
@@ -310,6 +314,7 @@ def test_llm_ignoring_sigterm_is_killed_and_that_is_recorded(
     assert stop["detail"]["killed"] is True and stop["detail"]["exit_code"] == 137
     assert stop["duration_s"] >= 2
     assert "killed after the 2s stop timeout" in result.stdout
+    assert_sound(stage, history(config), llm=llm, port=port, voice={})
 
 
 def test_voice_mode_stop_and_api_key_never_leaks(

@@ -163,6 +163,7 @@ class ScheduleConfig(_Section):
     cron: str | None = "30 4 * * *"
     timezone: str | None = None
     missed_grace: Duration = 1800.0
+    min_uptime: Duration = 3600.0
 
     @field_validator("cron")
     @classmethod

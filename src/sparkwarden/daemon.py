@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from sparkwarden import acceptance, logs, metrics, sequence, triggers
+from sparkwarden import acceptance, faults, logs, metrics, sequence, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import Notifier, Watchdog
@@ -46,7 +46,6 @@ from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent
 
 log = logs.get("sparkwarden.daemon")
 
-FAULTS_ENV = "SPARKWARDEN_ENABLE_FAULTS"
 #: Slack on every watchdog lease, for scheduling noise on a loaded box.
 _MARGIN = 5.0
 
@@ -103,7 +102,7 @@ class Daemon:
             else None
         )
         self.scheduler: Any = None
-        self.faults = os.environ.get(FAULTS_ENV) == "1"
+        self.faults = faults.enabled()
         self.stopping = False
         self.hang = False
 
@@ -230,6 +229,14 @@ class Daemon:
                 self._sequence(item.reason, "requested by an operator", call=item)
         elif isinstance(item, tuple) and item[0] == "schedule":
             self._want("schedule", "nightly schedule", time.time())
+
+    def _fresh(self, t: float) -> str | None:
+        """Why a nightly restart is pointless now: the engine was (re)started minutes ago."""
+        active, least = self.active, self.config.schedule.min_uptime
+        uptime = active.uptime_s(datetime.fromtimestamp(t, UTC)) if active else None
+        if active is None or uptime is None or uptime >= least:
+            return None
+        return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
 
     # --- observing -----------------------------------------------------------------------------
 
@@ -416,6 +423,10 @@ class Daemon:
             refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
         elif self.operator_stopped:
             refuse = f"{self.operator_stopped} was stopped by hand"
+        if pending.reason == "schedule" and (fresh := self._fresh(t)):
+            log.info("schedule_skipped", why=fresh)
+            self.pending = None
+            return
         if refuse:
             log.warning("trigger_refused", reason=pending.reason, why=pending.why, refused=refuse)
             self.pending = None
@@ -569,7 +580,7 @@ class Daemon:
             return self._manual(request.reason)
         if isinstance(request, FaultRequest):
             if not self.faults:
-                return {"ok": False, "error": f"fault injection is off (set {FAULTS_ENV}=1)"}
+                return {"ok": False, "error": f"fault injection is off (set {faults.ENABLE}=1)"}
             self.hang = True
             self.watchdog.frozen = True
             log.warning("fault_injected", fault=request.name)

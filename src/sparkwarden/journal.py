@@ -54,7 +54,9 @@ CREATE TABLE IF NOT EXISTS kv (
 
 
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+    return (
+        None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    )
 
 
 @dataclass

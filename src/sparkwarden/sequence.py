@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from sparkwarden import logs
+from sparkwarden import faults, logs
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.adapters.vllm import VllmClient
@@ -63,6 +63,8 @@ class Parts:
     heartbeat: Callable[[float], None] = lambda _lease: None
     #: True when sparkwarden must stop: a boot wait is cut short (the LLM keeps loading).
     should_abort: Callable[[], bool] = lambda: False
+    #: Called once a step has acted, before it is recorded (tests: see :mod:`sparkwarden.faults`).
+    after_action: Callable[[str], None] = lambda _name: None
 
     @classmethod
     def from_config(cls, config: Config) -> Parts:
@@ -71,6 +73,7 @@ class Parts:
             vllm=VllmClient(config.llm.base_url, config.llm.api_key()),
             host=Host(),
             journal=Journal(config.state.dir),
+            after_action=faults.stall_after_action(),
         )
 
     def close(self) -> None:
@@ -184,6 +187,7 @@ class _Run:
         try:
             produced = action()
             value, done = produced if isinstance(produced, tuple) else (None, produced)
+            self.parts.after_action(name)
         except Exception as exc:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
             detail = {**detail, "error": str(exc)}

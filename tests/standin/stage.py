@@ -94,6 +94,10 @@ class Stage:
         """A stand-in vLLM container publishing 127.0.0.1:port; returns (name, port)."""
         port = port or free_port()
         name = self.name(role)
+        if create.get("network_mode") == "host":  # the stand-in listens on the host's port
+            command = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(port)]
+            self._create(name, [*command, *standin_args], start=start, **create)
+            return name, port
         command = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", "8000", *standin_args]
         self._create(name, command, ports={"8000/tcp": ("127.0.0.1", port)}, start=start, **create)
         return name, port

@@ -1,0 +1,48 @@
+"""What every fault test asserts: the box is no worse than sparkwarden found it."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from tests.standin.stage import Stage
+
+
+def answers_chat(port: int) -> bool:
+    """The stand-in answers a real chat request (not just /health)."""
+    try:
+        model = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][0]["id"]
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=10,
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
+    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+        return False
+    return reply.status_code == 200
+
+
+def no_overlap(runs: list[dict[str, Any]]) -> None:
+    """No two sequences ran at once (history entries, any order)."""
+    spans = sorted(
+        (datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["ended_at"]), r["id"])
+        for r in runs
+        if r["result"] not in ("dry-run", "running") and r["ended_at"]
+    )
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        assert end <= start, f"runs #{first} and #{second} overlapped"
+
+
+def assert_sound(
+    stage: Stage, runs: list[dict[str, Any]], *, llm: str, port: int, voice: dict[str, str]
+) -> None:
+    """Voice exactly as expected (never left paused or stopped by sparkwarden); the LLM running
+    and answering, or the newest run reported failed; no overlapping sequences."""
+    for name, expected in voice.items():
+        assert stage.status(name) == expected, f"{name} is {stage.status(name)}, not {expected}"
+    serving = stage.status(llm) == "running" and answers_chat(port)
+    assert serving or (runs and runs[0]["result"] == "failed"), "LLM down and nobody said so"
+    no_overlap(runs)

@@ -65,8 +65,10 @@ class ManualCall:
     """An operator's restart through the socket: its steps are streamed back to the caller."""
 
     reason: str
+    requested_at: float = field(default_factory=time.time)
     started: threading.Event = field(default_factory=threading.Event)
     run_id: int | None = None
+    refused: str | None = None
     cancelled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
@@ -77,9 +79,13 @@ class ManualCall:
 
     def cancel(self) -> bool:
         with self.lock:
-            if self.run_id is None:
+            if self.run_id is None and self.refused is None:
                 self.cancelled = True
             return self.cancelled
+
+    def refuse(self, why: str) -> None:
+        self.refused = why
+        self.started.set()
 
 
 class Daemon:
@@ -124,6 +130,8 @@ class Daemon:
         self.last_sequence_end = 0.0
         self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
         self.snapshot_lock = threading.Lock()
+        self.manual_lock = threading.Lock()
+        self.manual_call: ManualCall | None = None
         self.snapshot: dict[str, Any] = {}
 
     # --- life cycle ----------------------------------------------------------------------------
@@ -225,8 +233,16 @@ class Daemon:
         if isinstance(item, ContainerEvent):
             self._on_container_event(item)
         elif isinstance(item, ManualCall):
-            if item.claim():
-                self._sequence(item.reason, "requested by an operator", call=item)
+            if not item.claim():
+                return
+            if self.last_sequence_end > item.requested_at:  # one ran while it waited in line
+                last = self.journal.runs(1)
+                item.refuse(
+                    "another sequence is running: it ended just now"
+                    + (f" (run #{last[0].id}, {last[0].reason})" if last else "")
+                )
+                return
+            self._sequence(item.reason, "requested by an operator", call=item)
         elif isinstance(item, tuple) and item[0] == "schedule":
             self._want("schedule", "nightly schedule", time.time())
 
@@ -593,27 +609,42 @@ class Daemon:
             self.queue.put(("wake", None))
 
     def _manual(self, reason: str) -> Iterator[dict[str, Any]]:
-        """Queue the run for the main thread, then stream its steps until it is done."""
-        holder = self.run_lock.held_by_other()
-        if holder or self.state == "restarting":
-            yield {"ok": False, "error": f"another sequence is running: {holder or self.step_text}"}
-            return
+        """Queue the run for the main thread, then stream its steps until it is done.
+
+        One operator request at a time: a second one, while the first is queued or running,
+        is refused at once rather than run after it.
+        """
         call = ManualCall(reason)
-        self.queue.put(call)
-        if not call.started.wait(timeout=10.0) and call.cancel():
-            yield {"ok": False, "error": "the daemon is busy; try again"}
-            return
-        call.started.wait()
-        yield {"ok": True, "run": call.run_id}
-        while True:
-            event = call.events.get()
-            yield event
-            if event["event"] == "done":
+        with self.manual_lock:
+            holder = self.run_lock.held_by_other()
+            busy = (
+                self.manual_call
+                or holder
+                or (self.step_text if self.state == "restarting" else None)
+            )
+            if busy:
+                what = busy if isinstance(busy, str) else f"an operator's ({busy.reason})"
+                yield {"ok": False, "error": f"another sequence is running: {what}"}
                 return
-        if call.cancel():
-            return {"ok": False, "error": "the daemon is busy; try again"}
-        call.started.wait(timeout=5.0)
-        return {"ok": True, "run": call.run_id}
+            self.manual_call = call
+        try:
+            self.queue.put(call)
+            if not call.started.wait(timeout=10.0) and call.cancel():
+                yield {"ok": False, "error": "the daemon is busy; try again"}
+                return
+            call.started.wait()
+            if call.refused:
+                yield {"ok": False, "error": call.refused}
+                return
+            yield {"ok": True, "run": call.run_id}
+            while True:
+                event = call.events.get()
+                yield event
+                if event["event"] == "done":
+                    return
+        finally:
+            with self.manual_lock:
+                self.manual_call = None
 
     # --- reporting -----------------------------------------------------------------------------
 

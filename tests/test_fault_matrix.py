@@ -169,7 +169,7 @@ def test_events_stream_reconnects_after_dockerd_restarts(
     finally:
         daemon.send_signal(signal.SIGTERM)
         out, err = daemon.communicate(timeout=30)
-    assert "docker_events_lost" in out + err
+    assert "docker_events_lost" in out + err and "docker_events_reconnected" in out + err
     private_sound(private_docker, private_stage, config, llm, port, {})
 
 

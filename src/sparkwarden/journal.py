@@ -115,6 +115,8 @@ class Journal:
     def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+            if state_dir.stat().st_uid == os.geteuid():
+                state_dir.chmod(0o750)  # the journal names containers and errors: not for all
         except PermissionError:
             raise SparkwardenError(f"cannot create the state dir {state_dir}") from None
         self.path = state_dir / "journal.sqlite3"

@@ -79,6 +79,8 @@ class EventStream:
                     filters={"type": "container", "container": self._names},
                 )
                 self.connected.set()
+                if self.reconnects:
+                    log.info("docker_events_reconnected", reconnects=self.reconnects, since=since)
                 delay = 0.5
                 for raw in self._stream:
                     event = ContainerEvent.from_docker(raw)
@@ -86,6 +88,8 @@ class EventStream:
                     if event is not None and (since is None or event.t > since):
                         since = event.t
                         self._sink(event)
+                if not self._stop.is_set():
+                    log.warning("docker_events_lost", error="the engine closed the stream")
             except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
                 if not self._stop.is_set():
                     log.warning("docker_events_lost", error=str(exc), retry_in=delay)

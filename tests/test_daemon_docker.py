@@ -19,6 +19,7 @@ import pytest
 from sparkwarden import control
 from tests.conftest import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
+from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
 
 pytestmark = pytest.mark.docker
@@ -156,6 +157,7 @@ def test_crash_loop_spends_the_budget_and_gives_up(stage: Stage, start_daemon: A
     assert "restart budget spent" in status["gave_up"]["why"]
     assert [r["reason"] for r in daemon.history()] == ["crash", "crash"]
     assert stage.status(stt) == "running"
+    no_overlap(daemon.history())
     text = run_cli(daemon.config, "status").stdout
     assert "GAVE UP" in text and "sparkwarden reset" in text
 
@@ -211,9 +213,9 @@ def test_sigterm_mid_sequence_resumes_voice_before_exit(stage: Stage, start_daem
         assert daemon.wait(timeout=30) == 0
     finally:
         restart.wait(timeout=30)
-    assert stage.status(stt) == "running"
     run = daemon.history()[0]
     assert run["result"] == "failed" and "sparkwarden is stopping" in run["error"]
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
     assert restart.returncode == 1
 
 

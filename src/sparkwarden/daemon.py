@@ -1,10 +1,10 @@
 """``sparkwarden run``: observe, decide, act, report. The shell around the pure triggers.
 
-One main thread does everything that changes the box: it observes on a tick, takes Docker events,
-schedule fires and operator requests from a queue, asks the triggers, and runs the sequence
-itself, so two sequences can never overlap. Other threads only listen (Docker events, the
-control socket, APScheduler) or report (the watchdog pinger, which pings only on a lease the
-main thread grants when it makes progress).
+One main thread does everything that changes the box: it observes on a tick (and fires the
+nightly schedule, from APScheduler's crontab trigger), takes Docker events and operator requests
+from a queue, asks the triggers, and runs the sequence itself, so two sequences can never
+overlap. Other threads only listen (Docker events, the control socket) or report (the watchdog
+pinger, which pings only on a lease the main thread grants when it makes progress).
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ class Daemon:
             if config.schedule.cron
             else None
         )
-        self.scheduler: Any = None
+        #: The next nightly fire time; the loop itself fires it (no scheduler thread).
+        self.next_schedule: datetime | None = None
         self.faults = faults.enabled()
         self.stopping = False
         self.hang = False
@@ -164,26 +165,11 @@ class Daemon:
     def _start_listeners(self) -> None:
         self.events.start()
         self.control.start()
-        if self.trigger is not None:
-            from apscheduler.schedulers.background import BackgroundScheduler
-
-            self.scheduler = BackgroundScheduler()
-            self.scheduler.add_job(
-                lambda: self.queue.put(("schedule", time.time())),
-                trigger=self.trigger,
-                id="nightly",
-                coalesce=True,
-                max_instances=1,
-                misfire_grace_time=max(1, int(self.config.schedule.missed_grace)),
-            )
-            self.scheduler.start()
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
         self.events.stop()
         self.control.stop()
-        if self.scheduler is not None:
-            self.scheduler.shutdown(wait=False)
         self.watchdog.stop()
         self._publish(running=False)
         self.parts.close()
@@ -219,6 +205,7 @@ class Daemon:
                 pass
             if time.monotonic() >= next_tick:
                 self._observe(time.time())
+                self._check_schedule(datetime.now(UTC))
                 next_tick = time.monotonic() + interval
             if not self.stopping:
                 self._act(time.time())
@@ -243,8 +230,6 @@ class Daemon:
                 )
                 return
             self._sequence(item.reason, "requested by an operator", call=item)
-        elif isinstance(item, tuple) and item[0] == "schedule":
-            self._want("schedule", "nightly schedule", time.time())
 
     def _fresh(self, t: float) -> str | None:
         """Why a nightly restart is pointless now: the engine was (re)started minutes ago."""
@@ -573,10 +558,24 @@ class Daemon:
                 self.run_lock.release()
                 self.last_sequence_end = time.time()
 
+    def _check_schedule(self, now: datetime) -> None:
+        """Fire the nightly restart when its time has come; late by more than the grace (the
+        loop was busy in a long sequence), it is skipped rather than run at a surprising hour."""
+        due = self.next_schedule
+        if self.trigger is None or due is None or now < due:
+            return
+        late = (now - due).total_seconds()
+        if late <= max(self.config.schedule.missed_grace, 2 * self.config.watch.interval):
+            self._want("schedule", f"nightly schedule, due {due.isoformat()}", now.timestamp())
+        else:
+            log.warning("schedule_missed", due=due.isoformat(), late_s=round(late))
+        self.next_schedule = next_fire(self.trigger, max(now, due) + timedelta(seconds=1))
+
     def _catch_up_schedule(self) -> None:
         if self.trigger is None:
             return
         now = datetime.now(UTC)
+        self.next_schedule = next_fire(self.trigger, now)
         last = self.journal.last_run_of("schedule")
         last_at = datetime.fromtimestamp(last.started_at, UTC) if last else None
         missed = missed_run_due(
@@ -669,10 +668,8 @@ class Daemon:
 
     def _next_restart(self, now: datetime) -> dict[str, str] | None:
         options: list[tuple[datetime, str]] = []
-        if self.trigger is not None:
-            fire = next_fire(self.trigger, now)
-            if fire is not None:
-                options.append((fire.astimezone(UTC), "schedule"))
+        if self.next_schedule is not None:
+            options.append((self.next_schedule.astimezone(UTC), "schedule"))
         active, limit = self.active, self.config.watch.max_uptime
         if active is not None and active.status == "running" and active.started_at and limit > 0:
             options.append((active.started_at + timedelta(seconds=limit), "uptime"))

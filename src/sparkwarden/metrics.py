@@ -57,7 +57,8 @@ def parse(text: str) -> EngineMetrics:
     per_pos: dict[int, float] = {}
     created: float | None = None
     try:
-        for family in text_string_to_metric_families(text):
+        # A real page has hundreds of histogram lines; parsing only ours is ~10x cheaper.
+        for family in text_string_to_metric_families(keep_recorded(text)):
             for sample in family.samples:
                 name = sample.name
                 if name == PER_POS:
@@ -70,7 +71,7 @@ def parse(text: str) -> EngineMetrics:
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise MetricsError(f"/metrics is not Prometheus text: {exc}") from None
     if not sums and not per_pos:
-        raise MetricsError("/metrics has no vllm: series")
+        raise MetricsError("/metrics has none of the vllm: series sparkwarden reads")
     spec = None
     if DRAFT_TOKENS in sums and ACCEPTED in sums:
         spec = SpecDecode(

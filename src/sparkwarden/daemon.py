@@ -88,6 +88,19 @@ class ManualCall:
         self.started.set()
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What the journal says, read again only when it can have changed (and every minute):
+    the loop must cost next to nothing between events."""
+
+    hold: dict[str, Any] | None
+    gave_up: dict[str, Any] | None
+    budget: triggers.Budget
+    last_run: dict[str, Any] | None
+    last_container: str | None
+    read_at: float
+
+
 class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -130,6 +143,8 @@ class Daemon:
         self.pending: Pending | None = None
         self.last_sequence_end = 0.0
         self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
+        self.recorded = self._reload(time.time())
+        self.status_written = (0.0, "")
         self.snapshot_lock = threading.Lock()
         self.manual_lock = threading.Lock()
         self.manual_call: ManualCall | None = None
@@ -217,7 +232,9 @@ class Daemon:
         return self.config.watch.interval + _MARGIN
 
     def _handle(self, item: Any) -> None:
-        if isinstance(item, ContainerEvent):
+        if item == ("wake", None):  # an operator changed hold, budget or gave-up
+            self.recorded = self._reload(time.time())
+        elif isinstance(item, ContainerEvent):
             self._on_container_event(item)
         elif isinstance(item, ManualCall):
             if not item.claim():
@@ -275,7 +292,7 @@ class Daemon:
         self.watchdog.beat(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + _MARGIN)
         try:
             states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
-            self.active = choose_active(states, self.journal.last_container())
+            self.active = choose_active(states, self.recorded.last_container)
             if not self.operator_stopped:
                 self.llm_note = ""
         except SparkwardenError as exc:
@@ -469,6 +486,7 @@ class Daemon:
             },
         )
         self.pending = None
+        self.recorded = self._reload(t)
         log.error("gave_up", reason=pending.reason, why=why)
 
     def _hold(self, t: float) -> dict[str, Any] | None:
@@ -476,6 +494,7 @@ class Daemon:
         if hold and datetime.fromisoformat(hold["until"]).timestamp() <= t:
             self.journal.delete("hold")
             log.info("hold_expired")
+            self.recorded = self._reload(t)
             return None
         return hold
 
@@ -525,6 +544,7 @@ class Daemon:
         if outcome.ok and reason not in triggers.AUTOMATIC:  # an operator's run clears it all
             self.journal.delete("gave_up")
             self.journal.put("reset_at", time.time())
+        self.recorded = self._reload(time.time())
         if outcome.ok:
             self.last_probe = "ok (the run's chat probe)"
         elif reason in triggers.AUTOMATIC and not self.stopping:
@@ -557,6 +577,7 @@ class Daemon:
             finally:
                 self.run_lock.release()
                 self.last_sequence_end = time.time()
+        self.recorded = self._reload(time.time())
 
     def _check_schedule(self, now: datetime) -> None:
         """Fire the nightly restart when its time has come; late by more than the grace (the
@@ -647,22 +668,46 @@ class Daemon:
 
     # --- reporting -----------------------------------------------------------------------------
 
+    def _reload(self, t: float) -> Recorded:
+        runs = self.journal.runs(1)
+        hold = self.journal.get("hold")
+        if hold and datetime.fromisoformat(hold["until"]).timestamp() <= t:
+            hold = None
+        return Recorded(
+            hold=hold,
+            gave_up=self.journal.get("gave_up"),
+            budget=self._budget(t),
+            last_run=runs[0].to_json() if runs else None,
+            last_container=self.journal.last_container(),
+            read_at=t,
+        )
+
     def _publish(self, running: bool = True) -> None:
+        """Keep the snapshot current; write the status file when it says something new (or
+        every 30 s): an fsync every tick would be most of an idle daemon's work."""
+        t = time.time()
+        if t - self.recorded.read_at >= 60:
+            self.recorded = self._reload(t)
         snapshot = self._snapshot(running)
         with self.snapshot_lock:
             self.snapshot = snapshot
-        self.notifier.status(self._status_line())
+        line = self._status_line()
+        self.notifier.status(line)
+        last_t, last_line = self.status_written
+        if line == last_line and t - last_t < 30 and running:
+            return
         try:
             status_mod.write_atomic(self.config.state.dir / status_mod.STATUS_FILE, snapshot)
+            self.status_written = (t, line)
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
 
     def _state_name(self) -> str:
         if self.state == "restarting":
             return f"restarting: {self.step_text}" if self.step_text else "restarting"
-        if self.journal.get("gave_up"):
+        if self.recorded.gave_up:
             return "gave up"
-        if self.state == "idle" and self._hold(time.time()):
+        if self.state == "idle" and self.recorded.hold:
             return "held"
         return self.state
 
@@ -681,8 +726,7 @@ class Daemon:
     def _snapshot(self, running: bool) -> dict[str, Any]:
         now = datetime.now(UTC)
         active = self.active
-        budget = self._budget(time.time())
-        runs = self.journal.runs(1)
+        budget, recorded = self.recorded.budget, self.recorded
         health = self.health.last
         if self.health.failures:
             health += f" ({self.health.failures} failure(s) in a row)"
@@ -718,9 +762,9 @@ class Daemon:
             "metrics": self.metrics_note,
             "next_restart": self._next_restart(now),
             "budget": {"used": budget.used, "limit": budget.limit, "why": budget.why},
-            "hold": self.journal.get("hold"),
-            "gave_up": self.journal.get("gave_up"),
-            "last_run": runs[0].to_json() if runs else None,
+            "hold": recorded.hold,
+            "gave_up": recorded.gave_up,
+            "last_run": recorded.last_run,
         }
 
     def _status_line(self) -> str:

@@ -775,7 +775,7 @@ class Daemon:
             parts.append(
                 f"{llm['container']} {llm['status']}"
                 + (
-                    f" up {status_mod.duration(llm['uptime_s'])}"
+                    f" up {status_mod.duration(llm['uptime_s'] // 60 * 60)}"  # minutes do
                     if llm["uptime_s"] is not None
                     else ""
                 )

@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     command("release", "end a hold now")
     command("reset", "clear the restart budget and a 'gave up' state")
 
+    doctor = command("doctor", "check the host and the containers for known traps")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
     install = command("install-service", "install, enable and start the systemd unit (root)")
     install.add_argument("--no-start", action="store_true", help="enable only; do not start")
     install.add_argument("--root", type=Path, help="install under this directory, not systemd")
@@ -152,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import run as run_action
 
             return run_action.run(config)
+        if args.command == "doctor":
+            from sparkwarden.actions import doctor as doctor_action
+
+            return doctor_action.run(config, as_json=args.json)
         if args.command == "status":
             from sparkwarden.actions import status
 

@@ -247,6 +247,54 @@ class ControlConfig(_Section):
     group: str | None = "sparkwarden"
 
 
+class NotifyTarget(_Section):
+    """A webhook. The URL often holds a token: give it in a file or the environment."""
+
+    kind: Literal["webhook", "ntfy", "slack"] = "webhook"
+    url_file: Path | None = None
+    url_env: str | None = None
+    events: list[Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]] = [
+        "run_failed",
+        "gave_up",
+        "crash_recovered",
+        "memory_floor",
+    ]
+    min_interval: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> NotifyTarget:
+        if (self.url_file is None) == (self.url_env is None):
+            raise ValueError("give exactly one of url_file or url_env")
+        if self.url_file is not None and not os.access(self.url_file, os.R_OK):
+            raise ValueError(f"url_file {str(self.url_file)!r} is not readable")
+        if self.url_env is not None and not os.environ.get(self.url_env):
+            raise ValueError(f"url_env: ${self.url_env} is not set")
+        if not re.fullmatch(r"https?://\S+", self.url()):
+            raise ValueError("the URL it holds is not http:// or https://")
+        return self
+
+    def url(self) -> str:
+        if self.url_file is not None:
+            return self.url_file.read_text().strip()
+        return os.environ.get(self.url_env or "", "").strip()
+
+
+class MetricsConfig(_Section):
+    """sparkwarden's own Prometheus metrics. Off unless given a loopback address."""
+
+    listen: str = ""
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, listen: str) -> str:
+        if not listen:
+            return listen
+        host, _, port = listen.rpartition(":")
+        if host not in ("127.0.0.1", "::1", "[::1]", "localhost") or not port.isdigit():
+            raise ValueError(f"{listen!r}: give a loopback address and port, e.g. 127.0.0.1:9464")
+        return listen
+
+
 class Config(_Section):
     llm: LlmConfig
     voice: VoiceConfig = VoiceConfig()
@@ -260,6 +308,8 @@ class Config(_Section):
     state: StateConfig = StateConfig()
     control: ControlConfig = ControlConfig()
     docker: DockerConfig = DockerConfig()
+    notify: list[NotifyTarget] = []
+    metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:

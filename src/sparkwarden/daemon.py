@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from sparkwarden import acceptance, faults, logs, metrics, sequence, triggers
+from sparkwarden import acceptance, exporter, faults, logs, metrics, notify, sequence, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import Notifier, Watchdog
@@ -98,6 +98,7 @@ class Recorded:
     budget: triggers.Budget
     last_run: dict[str, Any] | None
     last_container: str | None
+    run_counts: list[dict[str, Any]]
     read_at: float
 
 
@@ -123,6 +124,8 @@ class Daemon:
         #: The next nightly fire time; the loop itself fires it (no scheduler thread).
         self.next_schedule: datetime | None = None
         self.faults = faults.enabled()
+        self.notify = notify.Notifier(list(config.notify))
+        self.exporter: Any = None
         self.stopping = False
         self.hang = False
 
@@ -180,11 +183,22 @@ class Daemon:
     def _start_listeners(self) -> None:
         self.events.start()
         self.control.start()
+        self.notify.start()
+        if self.config.metrics.listen:
+            self.exporter = exporter.serve(self.config.metrics.listen, self._current_snapshot)
+            log.info("metrics_serving", listen=self.config.metrics.listen)
+
+    def _current_snapshot(self) -> dict[str, Any]:
+        with self.snapshot_lock:
+            return self.snapshot
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
         self.events.stop()
         self.control.stop()
+        self.notify.stop()
+        if self.exporter is not None:
+            self.exporter.shutdown()
         self.watchdog.stop()
         self._publish(running=False)
         self.parts.close()
@@ -388,6 +402,12 @@ class Daemon:
             floor_gib=cfg.floor_gib,
             action=cfg.floor_action,
         )
+        self.notify.emit(
+            "memory_floor",
+            "host",
+            f"MemAvailable {self.memory.available_gib:.1f} GiB, under the floor of "
+            f"{cfg.floor_gib:g} GiB for {cfg.floor_for:g}s; action: {cfg.floor_action}",
+        )
         if cfg.floor_action == "restart":
             self._want(
                 "memory",
@@ -488,6 +508,7 @@ class Daemon:
         self.pending = None
         self.recorded = self._reload(t)
         log.error("gave_up", reason=pending.reason, why=why)
+        self.notify.emit("gave_up", self.active.name if self.active else "llm", why)
 
     def _hold(self, t: float) -> dict[str, Any] | None:
         hold: dict[str, Any] | None = self.journal.get("hold")
@@ -545,6 +566,22 @@ class Daemon:
             self.journal.delete("gave_up")
             self.journal.put("reset_at", time.time())
         self.recorded = self._reload(time.time())
+        subject = outcome.container or "llm"
+        if not outcome.ok:
+            self.notify.emit(
+                "run_failed",
+                subject,
+                f"run #{outcome.run_id} ({reason}) failed: {outcome.error}",
+                run=outcome.run_id,
+                reason=reason,
+            )
+        elif reason == "crash":
+            self.notify.emit(
+                "crash_recovered",
+                subject,
+                f"{why}; run #{outcome.run_id} brought it back and it answered a chat request",
+                run=outcome.run_id,
+            )
         if outcome.ok:
             self.last_probe = "ok (the run's chat probe)"
         elif reason in triggers.AUTOMATIC and not self.stopping:
@@ -679,6 +716,7 @@ class Daemon:
             budget=self._budget(t),
             last_run=runs[0].to_json() if runs else None,
             last_container=self.journal.last_container(),
+            run_counts=self.journal.run_counts(),
             read_at=t,
         )
 
@@ -765,6 +803,7 @@ class Daemon:
             "hold": recorded.hold,
             "gave_up": recorded.gave_up,
             "last_run": recorded.last_run,
+            "run_counts": recorded.run_counts,
         }
 
     def _status_line(self) -> str:

@@ -239,6 +239,13 @@ class Journal:
         ).fetchall()
         return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
 
+    def run_counts(self) -> list[dict[str, Any]]:
+        """How many runs ended how, by reason (for sparkwarden's own metrics)."""
+        rows = self._db.execute(
+            "SELECT reason, result, COUNT(*) AS n FROM runs GROUP BY reason, result"
+        ).fetchall()
+        return [{"reason": r["reason"], "result": r["result"], "count": r["n"]} for r in rows]
+
     def last_run_of(self, reason: str) -> RunRecord | None:
         row = self._db.execute(
             "SELECT * FROM runs WHERE reason = ? ORDER BY id DESC LIMIT 1", (reason,)

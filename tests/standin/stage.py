@@ -102,19 +102,40 @@ class Stage:
         self._create(name, command, ports={"8000/tcp": ("127.0.0.1", port)}, start=start, **create)
         return name, port
 
-    def voice(self, role: str, start: bool = True) -> str:
+    def voice(self, role: str, start: bool = True, **create: Any) -> str:
         name = self.name(role)
         command = [PYTHON, "-u", "/standin/vllm_standin.py", "--role", "voice"]
-        self._create(name, command, start=start)
+        self._create(name, command, start=start, **create)
         return name
 
     def _create(self, name: str, command: list[str], start: bool, **create: Any) -> None:
+        volumes = {**_volumes(), **create.pop("volumes", {})}
+        labels = {LABEL: self.prefix, **create.pop("labels", {})}
+        if "stop_timeout" in create:  # only the low-level API knows --stop-timeout
+            api, ports = self.client.api, create.pop("ports", {})
+            host = api.create_host_config(
+                binds=volumes, init=create.pop("init", None), port_bindings=ports
+            )
+            api.create_container(
+                ensure_image(self.client),
+                command=command,
+                name=name,
+                labels=labels,
+                host_config=host,
+                ports=list(ports),
+                stop_timeout=create.pop("stop_timeout"),
+                **create,
+            )
+            self.created.append(name)
+            if start:
+                api.start(name)
+            return
         container = self.client.containers.create(
             ensure_image(self.client),
             command=command,
             name=name,
-            volumes=_volumes(),
-            labels={LABEL: self.prefix},
+            volumes=volumes,
+            labels=labels,
             **create,
         )
         self.created.append(name)
@@ -152,7 +173,7 @@ def write_config(
     llm_names: list[str],
     port: int,
     voice_names: list[str],
-    **sections: dict[str, Any],
+    **sections: Any,
 ) -> Path:
     """A sparkwarden config for the stand-ins, with thresholds that fit a small test machine."""
     import tomli_w
@@ -172,6 +193,9 @@ def write_config(
         "docker": {"timeout": "30s", "retry_for": "10s"},
     }
     for section, values in sections.items():
-        data.setdefault(section, {}).update(values)
+        if isinstance(values, list):  # an array of tables, e.g. [[notify]]
+            data[section] = values
+        else:
+            data.setdefault(section, {}).update(values)
     path.write_text(tomli_w.dumps(data))
     return path

@@ -329,7 +329,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--waiting", type=float, default=0.0)
     p.add_argument("--stall", action="store_true", help="generation frozen, requests running")
     p.add_argument("--verbose", action="store_true")
-    return p.parse_args(argv)
+    # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
+    # ignored, so doctor's tests can give a stand-in the command line of a real server.
+    args, _vllm_flags = p.parse_known_args(argv)
+    return args
 
 
 def main(argv: list[str]) -> None:

@@ -63,6 +63,10 @@ class DockerEngine:
             f"inspect {name}", lambda: ContainerState.from_inspect(self._container(name).attrs)
         )
 
+    def attrs(self, name: str) -> dict[str, Any]:
+        """The whole ``docker inspect`` of a container (for doctor's checks)."""
+        return self._call(f"inspect {name}", lambda: dict(self._container(name).attrs))
+
     def pause(self, name: str) -> None:
         self._call(f"pause {name}", lambda: self._container(name).pause())
 

@@ -1,0 +1,235 @@
+"""What ``sparkwarden doctor`` knows about this machine's traps: pure checks of Docker's inspect
+data, the config and the host's memory, each finding with a severity and a one-line fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from sparkwarden.config import Config
+
+Severity = Literal["error", "warning", "info"]
+ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+#: Above this, the OS (in the same unified memory) starves: SSH hangs, the box may lock up.
+MAX_GPU_UTIL = 0.80
+#: Speculative decoding methods whose drafter allocates per-sequence scratch outside the pool.
+DRAFTERS = ("dflash", "mtp", "eagle", "eagle3", "medusa", "ngram", "deepseek_mtp")
+RISKY_SEQS = 8
+FIGHTING_POLICIES = ("always", "unless-stopped", "on-failure")
+AUTOHEAL_LABELS = ("autoheal", "autoheal.stop.timeout", "com.centurylinklabs.watchtower.enable")
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    subject: str
+    check: str
+    message: str
+    fix: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def command_line(attrs: dict[str, Any]) -> list[str]:
+    config = attrs.get("Config") or {}
+    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    """The value of ``--name V`` or ``--name=V`` in a command line (vLLM's own spellings)."""
+    alt = name.replace("-", "_")
+    for i, arg in enumerate(argv):
+        for spelling in (name, alt):
+            if arg == f"--{spelling}" and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(f"--{spelling}="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Finding]:
+    argv = command_line(attrs)
+    host = attrs.get("HostConfig") or {}
+    config = attrs.get("Config") or {}
+    found: list[Finding] = []
+
+    def add(severity: Severity, check: str, message: str, fix: str) -> None:
+        found.append(Finding(severity, name, check, message, fix))
+
+    util_text = flag(argv, "gpu-memory-utilization")
+    if util_text is not None:
+        try:
+            util = float(util_text)
+        except ValueError:
+            util = None
+        if util is not None:
+            reserved = util * mem_total_gib
+            left = mem_total_gib - reserved
+            if util > MAX_GPU_UTIL:
+                add(
+                    "error",
+                    "gpu-memory-utilization",
+                    f"--gpu-memory-utilization {util:g} reserves {reserved:.0f} of "
+                    f"{mem_total_gib:.0f} GiB, leaving {left:.0f} GiB for the OS and drafter "
+                    "scratch: past ~0.85 in use the box stops spawning processes",
+                    f"use --gpu-memory-utilization {MAX_GPU_UTIL:g} or less",
+                )
+            else:
+                add(
+                    "info",
+                    "gpu-memory-utilization",
+                    f"--gpu-memory-utilization {util:g} reserves {reserved:.0f} of "
+                    f"{mem_total_gib:.0f} GiB ({left:.0f} GiB left)",
+                    "none needed",
+                )
+    method = speculative_method(flag(argv, "speculative-config"))
+    seqs_text = flag(argv, "max-num-seqs")
+    seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else None
+    if method and (seqs is None or seqs > RISKY_SEQS):
+        add(
+            "warning",
+            "drafter-scratch",
+            f"speculative decoding ({method}) with --max-num-seqs {seqs or 'default (256)'}: the "
+            "drafter's per-sequence scratch is allocated outside --gpu-memory-utilization",
+            f"lower --max-num-seqs (e.g. {RISKY_SEQS}) or leave room for seqs x drafter scratch",
+        )
+    policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
+    if policy in FIGHTING_POLICIES:
+        add(
+            "warning",
+            "restart-policy",
+            f"restart policy {policy!r} makes Docker restart it at once, into ghost memory, "
+            "fighting sparkwarden's own safe restart",
+            f"docker update --restart=no {name}",
+        )
+    stop = config.get("StopTimeout")
+    if stop is None or stop <= 10:
+        add(
+            "warning",
+            "stop-timeout",
+            f"stop timeout {stop if stop is not None else 'default (10 s)'}: a plain docker stop "
+            "or a host shutdown SIGKILLs vLLM mid-teardown (sparkwarden uses its own)",
+            "recreate it with --stop-timeout 120",
+        )
+    mounts = [m.get("Destination", "") for m in attrs.get("Mounts") or []]
+    if not any(d in ("/root/.cache/vllm", "/root/.cache", "/root") for d in mounts):
+        add(
+            "warning",
+            "compile-cache",
+            "no persistent mount for /root/.cache/vllm: every start recompiles (13-16 min "
+            "cold boots instead of ~2)",
+            "mount a volume at /root/.cache/vllm (e.g. -v vllm-cache:/root/.cache/vllm)",
+        )
+    if (flag(argv, "kv-cache-dtype") or "").startswith("fp8"):
+        add(
+            "info",
+            "fp8-kv-cache",
+            "--kv-cache-dtype fp8: a checkpoint without fp8 calibration scales can boot healthy "
+            "and die on the first message (the zombie boot)",
+            "none needed: sparkwarden's chat probe catches it; prefer calibrated checkpoints",
+        )
+    if not host.get("Init"):
+        add(
+            "info",
+            "init",
+            "no --init: vLLM runs as PID 1 and must reap its own children",
+            "recreate it with --init",
+        )
+    return found
+
+
+def speculative_method(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return "unparsed --speculative-config"
+    method = spec.get("method") if isinstance(spec, dict) else None
+    return str(method) if method else "speculative decoding"
+
+
+def check_voice(name: str, attrs: dict[str, Any]) -> list[Finding]:
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    healers = [key for key in labels if key in AUTOHEAL_LABELS or key.startswith("autoheal")]
+    if not healers:
+        return []
+    return [
+        Finding(
+            "warning",
+            name,
+            "autoheal",
+            f"auto-heal labels {', '.join(sorted(healers))}: an auto-healer would "
+            "restart it while sparkwarden holds it paused",
+            f"remove the labels from {name} (or exclude it from the healer)",
+        )
+    ]
+
+
+def check_config(config: Config, mem_total_gib: float) -> list[Finding]:
+    found: list[Finding] = []
+    gate = config.memory.start_min_available_gib
+    if gate >= mem_total_gib:
+        found.append(
+            Finding(
+                "error",
+                "config",
+                "start-gate",
+                f"memory.start_min_available_gib {gate:g} GiB can never be met: "
+                f"the host has {mem_total_gib:.0f} GiB in all",
+                "set it below MemTotal, to what the engine needs to start",
+            )
+        )
+    if config.llm.health_timeout < 900:
+        found.append(
+            Finding(
+                "warning",
+                "config",
+                "health-timeout",
+                f"llm.health_timeout {config.llm.health_timeout:g}s is shorter "
+                "than a cold boot (13-16 min)",
+                'set it to "20m"',
+            )
+        )
+    if config.llm.stop_timeout < 30:
+        found.append(
+            Finding(
+                "warning",
+                "config",
+                "stop-timeout",
+                f"llm.stop_timeout {config.llm.stop_timeout:g}s may SIGKILL vLLM mid-teardown",
+                'set it to "120s"',
+            )
+        )
+    if config.watch.max_uptime > 22 * 3600 or config.watch.max_uptime == 0:
+        found.append(
+            Finding(
+                "warning",
+                "config",
+                "max-uptime",
+                "watch.max_uptime is past hour 22: DFlash engines crash around hour 23",
+                'set it to "20h"',
+            )
+        )
+    return found
+
+
+def verdict(findings: list[Finding]) -> int:
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def format_text(findings: list[Finding]) -> str:
+    if not findings:
+        return "sparkwarden doctor: no findings"
+    lines = []
+    for f in sorted(findings, key=lambda f: (ORDER[f.severity], f.subject, f.check)):
+        lines.append(f"{f.severity.upper():<8}{f.subject}: {f.message}")
+        lines.append(f"{'':<8}fix: {f.fix}")
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    lines.append(f"sparkwarden doctor: {errors} error(s), {warnings} warning(s)")
+    return "\n".join(lines)

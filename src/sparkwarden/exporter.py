@@ -1,0 +1,145 @@
+"""sparkwarden's own Prometheus metrics, read from the status snapshot at each scrape.
+
+One source of truth: the exporter keeps no counters of its own; it turns the snapshot the daemon
+publishes (and the journal's run counts in it) into metric families. A fleet of Sparks is watched
+by one Prometheus scraping each host's sparkwarden (packaging/prometheus/).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sparkwarden.adapters.host import GIB
+from sparkwarden.sequence import STEPS
+
+STATES = ("starting", "idle", "draining", "restarting", "held", "gave up")
+
+
+class SnapshotCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Any]:
+        s = self._snapshot()
+        if not s:
+            return
+        daemon, llm, mem = s["daemon"], s["llm"], s["memory"]
+        acc, budget = s["acceptance"], s["budget"]
+
+        runs = CounterMetricFamily(
+            "sparkwarden_runs", "Restart runs by reason and result", labels=["reason", "result"]
+        )
+        for row in s.get("run_counts", []):
+            runs.add_metric([row["reason"], row["result"]], row["count"])
+        yield runs
+
+        state = GaugeMetricFamily(
+            "sparkwarden_state", "1 for the daemon's current state", labels=["state"]
+        )
+        current = daemon["state"].split(":")[0]
+        for name in STATES:
+            state.add_metric([name], 1.0 if current == name else 0.0)
+        yield state
+        yield gauge(
+            "sparkwarden_gave_up",
+            "1 when the budget is spent and nothing is done",
+            1.0 if s.get("gave_up") else 0.0,
+        )
+        yield gauge(
+            "sparkwarden_held",
+            "1 while an operator's hold is in force",
+            1.0 if s.get("hold") else 0.0,
+        )
+
+        up = GaugeMetricFamily(
+            "sparkwarden_llm_up", "1 when the active LLM container runs", labels=["container"]
+        )
+        up.add_metric([llm.get("container") or ""], 1.0 if llm.get("status") == "running" else 0)
+        yield up
+        yield gauge(
+            "sparkwarden_llm_uptime_seconds",
+            "Uptime of the active LLM container",
+            known(llm.get("uptime_s")),
+        )
+        yield gauge(
+            "sparkwarden_memory_available_bytes",
+            "MemAvailable of the host",
+            mem["available_gib"] * GIB,
+        )
+        yield gauge(
+            "sparkwarden_memory_total_bytes", "MemTotal of the host", mem["total_gib"] * GIB
+        )
+        yield gauge(
+            "sparkwarden_memory_below_floor",
+            "1 while MemAvailable is under the floor",
+            1.0 if mem.get("below_floor") else 0.0,
+        )
+        # Always present (NaN while unknown), so alert rules and dashboards find them.
+        yield gauge(
+            "sparkwarden_acceptance_ratio",
+            "Draft acceptance in the last window",
+            known(acc.get("current")),
+        )
+        yield gauge(
+            "sparkwarden_acceptance_baseline_ratio",
+            "Draft acceptance learnt after the last restart",
+            known(acc.get("baseline")),
+        )
+        yield gauge(
+            "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget["used"])
+        )
+        yield gauge(
+            "sparkwarden_budget_limit", "Automatic runs allowed per window", float(budget["limit"])
+        )
+
+        last = s.get("last_run")
+        if last:
+            yield gauge(
+                "sparkwarden_last_run_ok",
+                "1 when the last run succeeded",
+                1.0 if last["result"] == "ok" else 0.0,
+            )
+            yield gauge(
+                "sparkwarden_last_run_timestamp_seconds",
+                "When the last run started",
+                datetime.fromisoformat(last["started_at"]).timestamp(),
+            )
+            if last.get("duration_s") is not None:
+                yield gauge(
+                    "sparkwarden_last_run_duration_seconds",
+                    "Wall time of the last run",
+                    float(last["duration_s"]),
+                )
+            steps = GaugeMetricFamily(
+                "sparkwarden_last_run_step_seconds",
+                "Duration of each step of the last run",
+                labels=["step"],
+            )
+            for step in last["steps"]:
+                if step["name"] in STEPS and step["duration_s"] is not None:
+                    steps.add_metric([step["name"]], float(step["duration_s"]))
+            yield steps
+
+
+def known(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
+
+
+def serve(listen: str, snapshot: Callable[[], dict[str, Any]]) -> Any:
+    """Serve /metrics on a loopback address; returns the server (for shutdown)."""
+    host, _, port = listen.rpartition(":")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    return server

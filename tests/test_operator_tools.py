@@ -1,0 +1,264 @@
+"""doctor, notifications and sparkwarden's own Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkwarden.config import NotifyTarget
+from sparkwarden.notify import Event, Notifier, payload
+from tests.conftest import ROOT, run_cli
+from tests.daemonkit import DaemonProcess, wait_for
+from tests.standin.stage import Stage, free_port, wait_healthy
+
+ALERTS = ROOT / "packaging" / "prometheus" / "alerts.yml"
+
+
+# --- doctor --------------------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_doctor_finds_the_traps_on_real_containers(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    risky, port = stage.llm(
+        "risky",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-num-seqs",
+        "64",
+        "--speculative-config",
+        '{"method": "dflash", "num_speculative_tokens": 15}',
+        "--kv-cache-dtype",
+        "fp8",
+        restart_policy={"Name": "unless-stopped"},
+    )
+    cache = tmp_path / "vllm-cache"
+    cache.mkdir()
+    safe, _ = stage.llm(
+        "safe",
+        "--gpu-memory-utilization",
+        "0.55",
+        "--max-num-seqs",
+        "4",
+        "--speculative-config",
+        '{"method": "mtp"}',
+        start=False,
+        stop_timeout=120,
+        init=True,
+        volumes={str(cache): {"bind": "/root/.cache/vllm", "mode": "rw"}},
+    )
+    healer = stage.voice("tts", labels={"autoheal": "true"})
+    quiet = stage.voice("stt")
+    missing = stage.name("renamed-away")
+    config = make_config(
+        [risky, safe, missing], port, [healer, quiet], memory={"start_min_available_gib": 100000}
+    )
+
+    result = run_cli(config, "doctor", "--json")
+    assert result.returncode == 1, result.stderr
+    found = {(f["subject"], f["check"]): f for f in json.loads(result.stdout)}
+    assert found[(risky, "gpu-memory-utilization")]["severity"] == "error"
+    assert "--gpu-memory-utilization 0.8" in found[(risky, "gpu-memory-utilization")]["fix"]
+    assert found[(risky, "drafter-scratch")]["severity"] == "warning"
+    assert "dflash" in found[(risky, "drafter-scratch")]["message"]
+    assert found[(risky, "restart-policy")]["fix"] == f"docker update --restart=no {risky}"
+    assert (risky, "stop-timeout") in found and (risky, "compile-cache") in found
+    assert found[(risky, "fp8-kv-cache")]["severity"] == "info"
+    assert found[(healer, "autoheal")]["severity"] == "warning"
+    assert found[(missing, "missing")]["severity"] == "error"
+    assert found[("config", "start-gate")]["severity"] == "error"
+    assert found[("config", "stop-timeout")]["severity"] == "warning"  # the test config's 10s
+    assert found[(safe, "gpu-memory-utilization")]["severity"] == "info"
+    assert not [k for k, f in found.items() if k[0] in (safe, quiet) and f["severity"] != "info"]
+
+    text = run_cli(config, "doctor")
+    assert text.returncode == 1 and "ERROR" in text.stdout and "fix: docker update" in text.stdout
+
+
+# --- notifications -------------------------------------------------------------------------------
+
+
+class Receiver:
+    """A local webhook endpoint that records what it is sent."""
+
+    def __init__(self) -> None:
+        self.got: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.got.append(
+                    {"path": self.path, "body": body.decode(), "headers": dict(self.headers)}
+                )
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def target(tmp_path: Path, url: str, **fields: Any) -> NotifyTarget:
+    path = tmp_path / f"url-{len(list(tmp_path.iterdir()))}"
+    path.write_text(url)
+    return NotifyTarget(url_file=path, **fields)
+
+
+def test_payload_shapes(tmp_path: Path) -> None:
+    event = Event("gave_up", "vllm-35b", "budget spent", {"run": 3}, 1.0)
+    hook = payload(target(tmp_path, "http://x/h"), event, "spark-01")
+    assert hook["json"]["event"] == "gave_up" and hook["json"]["detail"] == {"run": 3}
+    slack = payload(target(tmp_path, "http://x/s", kind="slack"), event, "spark-01")
+    assert "gave up" in slack["json"]["text"] and "spark-01" in slack["json"]["text"]
+    ntfy = payload(target(tmp_path, "http://x/n", kind="ntfy"), event, "spark-01")
+    assert ntfy["headers"]["Priority"] == "urgent" and b"budget spent" in ntfy["content"]
+
+
+def test_dedup_and_event_filter_with_a_fake_clock(tmp_path: Path) -> None:
+    now = [0.0]
+    t = target(tmp_path, "http://x/h", events=["crash_recovered"], min_interval=600)
+    notifier = Notifier([t], clock=lambda: now[0])
+    crash = Event("crash_recovered", "vllm-35b", "back", {}, 0.0)
+    assert notifier.due(0, t, crash)
+    now[0] = 599.0
+    assert not notifier.due(0, t, crash)  # the same event for the same subject: too soon
+    assert notifier.due(0, t, Event("crash_recovered", "vllm-27b", "back", {}, 0.0))
+    assert not notifier.due(0, t, Event("run_failed", "vllm-35b", "x", {}, 0.0))  # not wanted
+    now[0] = 601.0
+    assert notifier.due(0, t, crash)
+
+
+@pytest.mark.docker
+def test_daemon_notifies_every_kind_of_target_and_a_dead_one_blocks_nothing(
+    stage: Stage,
+    make_config: Any,
+    tmp_path: Path,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    secret_url = receiver.url("/hook?token=s3cr3t-w3bh00k")
+    monkeypatch.setenv("SW_TEST_HOOK", secret_url)
+    slack_file, ntfy_file, dead_file = (tmp_path / n for n in ("slack", "ntfy", "dead"))
+    slack_file.write_text(receiver.url("/slack"))
+    ntfy_file.write_text(receiver.url("/ntfy"))
+    dead_file.write_text(f"http://127.0.0.1:{free_port()}/nobody-listens")
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    config = make_config(
+        [llm],
+        port,
+        [],
+        control={"socket": str(ctl / "s"), "group": ""},
+        schedule={"cron": ""},
+        watch={"interval": "0.5s"},
+        notify=[
+            {"kind": "webhook", "url_env": "SW_TEST_HOOK"},
+            {"kind": "slack", "url_file": str(slack_file)},
+            {"kind": "ntfy", "url_file": str(ntfy_file)},
+            {"kind": "webhook", "url_file": str(dead_file)},
+        ],
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        stage.client.containers.get(llm).kill()
+        wait_for("three deliveries", lambda: len(receiver.got) >= 3, timeout=30)
+        run = daemon.runs_with("crash")[0]
+        assert run["result"] == "ok"
+        stage.client.containers.get(llm).kill()  # again, at once: deduplicated
+        wait_for("the second crash run", lambda: len(daemon.runs_with("crash")) == 2)
+        wait_for("the failing target to be tried", lambda: "notify_failed" in daemon.text())
+    finally:
+        daemon.stop()
+    by_path = {g["path"].split("?")[0]: g for g in receiver.got}
+    assert len(receiver.got) == 3, [g["path"] for g in receiver.got]
+    hook = json.loads(by_path["/hook"]["body"])
+    assert hook["event"] == "crash_recovered" and hook["subject"] == llm
+    assert "crashed LLM recovered" in json.loads(by_path["/slack"]["body"])["text"]
+    assert by_path["/ntfy"]["headers"]["Title"] == "sparkwarden: crashed LLM recovered"
+    log = daemon.text()
+    assert "s3cr3t-w3bh00k" not in log and "nobody-listens" not in log
+    assert '"target": "notify[3] (webhook)"' in log
+
+
+# --- Prometheus metrics --------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    listen = f"127.0.0.1:{free_port()}"
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    config = make_config(
+        [llm],
+        port,
+        [],
+        control={"socket": str(ctl / "s"), "group": ""},
+        schedule={"cron": ""},
+        watch={"interval": "0.5s"},
+        metrics={"listen": listen},
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        stage.client.containers.get(llm).kill()
+        wait_for("a crash run", lambda: daemon.runs_with("crash"))
+        status = daemon.status()
+
+        def scrape() -> dict[str, list[Any]]:
+            text = httpx.get(f"http://{listen}/metrics", timeout=5).text
+            return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+        families = wait_for(
+            "the run in the metrics", lambda: (f := scrape()).get("sparkwarden_runs") and f
+        )
+    finally:
+        daemon.stop()
+    runs = {
+        (s.labels["reason"], s.labels["result"]): s.value
+        for s in families["sparkwarden_runs"]
+        if s.name == "sparkwarden_runs_total"
+    }
+    assert runs == {("crash", "ok"): 1.0}
+    up = families["sparkwarden_llm_up"][0]
+    assert up.labels == {"container": llm} and up.value == 1.0
+    total = families["sparkwarden_memory_total_bytes"][0].value
+    assert abs(total - status["memory"]["total_gib"] * 2**30) < 2**20
+    steps = {s.labels["step"] for s in families["sparkwarden_last_run_step_seconds"]}
+    assert len(steps) == 8
+    assert families["sparkwarden_gave_up"][0].value == 0.0
+    used = set(families)
+    readme = (ROOT / "README.md").read_text()
+    for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", readme)):  # every metric README names
+        assert name.removesuffix("_total") in used, name
+    for name in set(re.findall(r"\bsparkwarden_[a-z_]+", ALERTS.read_text())):
+        assert name in used, f"alerts.yml uses {name}, which sparkwarden does not export"

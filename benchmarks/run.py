@@ -196,17 +196,24 @@ class Bench:
         threading.Thread(
             target=lambda: [died.append(e["timeNano"] / 1e9) for e in listener], daemon=True
         ).start()
-        latencies = []
+        latencies, from_kill = [], []
         try:
             for i in range(1, self.args.kills + 1):
-                self.stage.client.containers.get(llm).kill()
+                container = self.stage.client.containers.get(llm)
+                asked = time.time()
+                container.kill()
                 run = self.wait_for_run(config, i)
-                latencies.append(datetime_ts(run["started_at"]) - died[i - 1])
+                started = datetime_ts(run["started_at"])
+                latencies.append(started - died[i - 1])
+                from_kill.append(started - asked)
                 time.sleep(0.5)
         finally:
             listener.close()
             self.stop(proc)
-        self.results["crash_detection_s"] = spread(latencies)
+        self.results["crash_detection_s"] = {
+            **spread(latencies),
+            "from_kill_call": spread(from_kill),
+        }
 
     def wait_for_run(self, config: Path, count: int) -> dict[str, Any]:
         deadline = time.monotonic() + 60
@@ -346,7 +353,7 @@ def report(results: dict[str, Any]) -> str:
         add(
             f"crash detection ({r['n']} kills), s",
             r["median"],
-            f"p95 {r['p95']:.3f}",
+            f"p95 {r['p95']:.3f}; from the kill call {r['from_kill_call']['median']:.3f}",
             "p50 <= 0.5, p95 <= 1",
             r["median"] <= 0.5 and r["p95"] <= 1,
         )

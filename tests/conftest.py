@@ -51,6 +51,39 @@ def make_config(tmp_path: Path) -> Any:
     return make
 
 
+#: What a daemon under test runs with unless a test says otherwise: no nightly schedule, a
+#: quick loop, and a control socket of its own.
+DAEMON_DEFAULTS: dict[str, dict[str, Any]] = {
+    "schedule": {"cron": ""},
+    "watch": {"interval": "0.5s"},
+}
+
+
+@pytest.fixture
+def make_daemon_config(make_config: Any, tmp_path: Path) -> Any:
+    def make(
+        llm_names: list[str], port: int, voice_names: list[str] | None = None, **sections: Any
+    ) -> Path:
+        ctl = tmp_path / "ctl"
+        ctl.mkdir(exist_ok=True)
+        merged: dict[str, Any] = {k: dict(v) for k, v in DAEMON_DEFAULTS.items()}
+        merged["control"] = {"socket": str(ctl / "control.sock"), "group": ""}
+        for key, values in sections.items():
+            if isinstance(values, dict):
+                merged.setdefault(key, {}).update(values)
+            else:
+                merged[key] = values
+        return make_config(llm_names, port, voice_names, **merged)
+
+    return make
+
+
+def socket_of(config: Path) -> Path:
+    from sparkwarden.config import load
+
+    return load(config).control.socket
+
+
 def run_cli(
     config: Path | None,
     *args: str,
@@ -69,4 +102,15 @@ def run_cli(
         env={**os.environ, **(env or {})},
         cwd=ROOT,
         check=False,
+    )
+
+
+def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:
+    """``sparkwarden ARGS`` in the background (the caller waits for it or kills it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sparkwarden", "--config", str(config), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from sparkwarden import cli
 from sparkwarden.sequence import STEPS
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli, socket_of, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.privatedocker import PrivateDocker
 from tests.soundness import assert_sound
@@ -132,22 +132,18 @@ def test_events_stream_reconnects_after_dockerd_restarts(
     private_docker: PrivateDocker,
     private_stage: Stage,
     tmp_path: Path,
-    make_config: Any,
+    make_daemon_config: Any,
 ) -> None:
     from tests.standin.stage import free_port
 
     port = free_port()
     llm, _ = private_stage.llm("llm", port=port, network_mode="host")
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [],
-        schedule={"cron": ""},
         watch={"interval": "0.5s", "boot_grace": "0s"},
         health={"canary_interval": "0s"},
-        control={"socket": str(ctl / "s"), "group": ""},
         docker={"timeout": "10s", "retry_for": "40s"},
     )
     private_docker.python(f"from tests.standin.stage import wait_healthy; wait_healthy({port})")
@@ -156,7 +152,7 @@ def test_events_stream_reconnects_after_dockerd_restarts(
     )
     assert isinstance(daemon, subprocess.Popen)
     try:
-        wait_for("the daemon", lambda: (ctl / "s").exists(), timeout=30)
+        wait_for("the daemon", lambda: socket_of(config).exists(), timeout=30)
         private_docker.restart()
         time.sleep(3)  # the stream notices, backs off and reconnects
         private_docker.client().containers.get(llm).kill()
@@ -178,32 +174,22 @@ def test_events_stream_reconnects_after_dockerd_restarts(
 
 @pytest.mark.parametrize("step", STEPS)
 def test_kill_9_at_every_step_is_repaired(
-    stage: Stage, make_config: Any, tmp_path: Path, step: str
+    stage: Stage, make_daemon_config: Any, tmp_path: Path, step: str
 ) -> None:
     llm, port = stage.llm("llm", "--boot-delay", "1")
     stt = stage.voice("stt")
     wait_healthy(port)
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [stt],
-        schedule={"cron": ""},
-        watch={"interval": "0.5s"},
-        control={"socket": str(ctl / "s"), "group": ""},
     )
     stalled = DaemonProcess(
         config,
         tmp_path / "stalled.log",
         {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": step},
     ).start()
-    client = subprocess.Popen(
-        [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    client = start_cli(config, "restart")
     try:
         wait_for(f"a run stalled in {step}", lambda: running_step(config) == step)
         time.sleep(0.3)
@@ -232,34 +218,26 @@ def test_kill_9_at_every_step_is_repaired(
 
 
 def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
-    stage: Stage, make_config: Any, tmp_path: Path
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:
     llm, port = stage.llm("llm")
     stt = stage.voice("stt")
     wait_healthy(port)
     time.sleep(4)  # old enough for the nightly restart (min_uptime 3s below)
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [stt],
-        control={"socket": str(ctl / "s"), "group": ""},
         schedule={"cron": "* * * * *", "missed_grace": "5m", "min_uptime": "3s"},
         drain={"quiet": "0s"},
         watch={"interval": "0.5s"},
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start(ready=False)
-    command = [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"]
     try:
-        wait_for("the socket", lambda: (ctl / "s").exists(), timeout=30)
-        clients = [
-            subprocess.Popen(
-                command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            for _ in range(2)
-        ]
-        results = [(c.wait(timeout=60), *c.communicate()) for c in clients]
+        wait_for("the socket", lambda: socket_of(config).exists(), timeout=30)
+        clients = [start_cli(config, "restart") for _ in range(2)]
+        outputs = [c.communicate(timeout=60) for c in clients]
+        results = [(c.returncode, out, err) for c, (out, err) in zip(clients, outputs, strict=True)]
         time.sleep(3)  # anything still pending would have started by now
     finally:
         daemon.stop()
@@ -276,19 +254,14 @@ def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
 
 @pytest.mark.parametrize("flag", ["--metrics=missing", "--metrics=garbage", "--no-spec-decode"])
 def test_unusable_metrics_turn_the_acceptance_trigger_off_not_the_daemon(
-    stage: Stage, make_config: Any, tmp_path: Path, flag: str
+    stage: Stage, make_daemon_config: Any, tmp_path: Path, flag: str
 ) -> None:
     llm, port = stage.llm("llm", flag)
     wait_healthy(port)
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [],
-        control={"socket": str(ctl / "s"), "group": ""},
-        schedule={"cron": ""},
-        watch={"interval": "0.5s"},
         health={"interval": "1s"},
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()

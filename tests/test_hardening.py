@@ -35,22 +35,18 @@ def test_no_shell_anywhere() -> None:
 
 @pytest.mark.docker
 def test_state_is_private_and_secrets_are_never_written(
-    stage: Stage, make_config: Any, tmp_path: Path
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:
     secret = "sk-hardening-test-5a4b3c2d1e"
     llm, port = stage.llm("llm", "--api-key", secret)
     wait_healthy(port)
     key = tmp_path / "key"
     key.write_text(secret)
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [],
         llm={"api_key_file": str(key)},
-        control={"socket": str(ctl / "s"), "group": ""},
-        schedule={"cron": ""},
         watch={"interval": "0.5s", "boot_grace": "0s"},
         health={"interval": "1s", "canary_interval": "1s"},
     )

@@ -156,7 +156,7 @@ def test_dedup_and_event_filter_with_a_fake_clock(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_daemon_notifies_every_kind_of_target_and_a_dead_one_blocks_nothing(
     stage: Stage,
-    make_config: Any,
+    make_daemon_config: Any,
     tmp_path: Path,
     receiver: Receiver,
     monkeypatch: pytest.MonkeyPatch,
@@ -169,15 +169,10 @@ def test_daemon_notifies_every_kind_of_target_and_a_dead_one_blocks_nothing(
     slack_file.write_text(receiver.url("/slack"))
     ntfy_file.write_text(receiver.url("/ntfy"))
     dead_file.write_text(f"http://127.0.0.1:{free_port()}/nobody-listens")
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [],
-        control={"socket": str(ctl / "s"), "group": ""},
-        schedule={"cron": ""},
-        watch={"interval": "0.5s"},
         notify=[
             {"kind": "webhook", "url_env": "SW_TEST_HOOK"},
             {"kind": "slack", "url_file": str(slack_file)},
@@ -212,20 +207,15 @@ def test_daemon_notifies_every_kind_of_target_and_a_dead_one_blocks_nothing(
 
 @pytest.mark.docker
 def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
-    stage: Stage, make_config: Any, tmp_path: Path
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:
     llm, port = stage.llm("llm")
     wait_healthy(port)
     listen = f"127.0.0.1:{free_port()}"
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
-    config = make_config(
+    config = make_daemon_config(
         [llm],
         port,
         [],
-        control={"socket": str(ctl / "s"), "group": ""},
-        schedule={"cron": ""},
-        watch={"interval": "0.5s"},
         metrics={"listen": listen},
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()

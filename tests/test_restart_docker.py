@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from sparkwarden import config as cfg
 from sparkwarden import sequence
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli, start_cli
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy
 
@@ -225,13 +223,7 @@ def test_concurrent_restart_is_refused_naming_the_running_one(
     llm, port = stage.llm("llm", "--boot-delay", "3")
     wait_healthy(port, timeout=30)
     config = make_config([llm], port, [])
-    first = subprocess.Popen(
-        [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_cli(config, "restart")
     try:
         state_dir = cfg.load(config).state.dir
         deadline = time.monotonic() + 20

@@ -11,6 +11,7 @@ that only a window back above ``recover_fraction`` clears (hysteresis). Pure: th
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from sparkwarden.config import AcceptanceConfig
@@ -99,3 +100,27 @@ def observe(
         )
         return replace(state, low_streak=0), Fire(t, rate, baseline, why)
     return state, None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One scrape's outcome in a replay: a judged window (``judged``) and/or a fire."""
+
+    t: float
+    state: AcceptanceState
+    judged: bool
+    fire: Fire | None
+
+
+def replay(
+    samples: Iterable[tuple[float, SpecDecode | None]], cfg: AcceptanceConfig
+) -> Iterator[Decision]:
+    """Feed recorded scrapes through :func:`observe`, exactly as the daemon does, on the trace's
+    own clock; yields a decision per scrape that judged a window, fired, or changed the note."""
+    state = AcceptanceState()
+    for t, spec in samples:
+        before = state
+        state, fire = observe(state, spec, t, cfg)
+        judged = state.windows != before.windows
+        if judged or fire or state.note != before.note:
+            yield Decision(t, state, judged, fire)

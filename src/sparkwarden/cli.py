@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     command("release", "end a hold now")
     command("reset", "clear the restart budget and a 'gave up' state")
 
+    record = command("record", "scrape the engine's /metrics into a trace, for replay")
+    record.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended)")
+    record.add_argument("--interval", type=_duration, default=30.0, help="default 30s")
+    record.add_argument("--duration", type=_duration, help="stop after this long")
+    replay = command("replay", "run a recorded trace through the acceptance trigger")
+    replay.add_argument("trace", type=Path, help="a file written by 'sparkwarden record'")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+
     doctor = command("doctor", "check the host and the containers for known traps")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -155,6 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import run as run_action
 
             return run_action.run(config)
+        if args.command == "record":
+            from sparkwarden.actions import record as record_action
+
+            return record_action.run(config, args.out, args.interval, args.duration)
+        if args.command == "replay":
+            from sparkwarden.actions import replay as replay_action
+
+            return replay_action.run(config, args.trace, as_json=args.json)
         if args.command == "doctor":
             from sparkwarden.actions import doctor as doctor_action
 

@@ -213,9 +213,9 @@ class AcceptanceConfig(_Section):
     min_draft_tokens: Annotated[int, Field(ge=1)] = 2000
     warmup: Duration = 600.0
     learn_windows: Annotated[int, Field(ge=1)] = 6
-    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.5
-    recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.65
-    consecutive: Annotated[int, Field(ge=1)] = 3
+    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.3
+    recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.45
+    consecutive: Annotated[int, Field(ge=1)] = 12
 
     @model_validator(mode="after")
     def _hysteresis(self) -> AcceptanceConfig:

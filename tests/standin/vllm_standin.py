@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LABELS = 'engine="0",model_name="{model}"'
@@ -52,7 +53,7 @@ class Engine:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.ready_at = time.time()
-        self.created = {}  # name -> _created time, new at every start: a counter reset
+        self.created_at = time.time()  # the counters' _created: new at every start
         self.drafts = 0.0
         self.draft_tokens = 0.0
         self.accepted = 0.0
@@ -94,63 +95,72 @@ class Engine:
 
     def exposition(self) -> str:
         self.advance()
-        model = self.args.model
-        labels = LABELS.format(model=model)
-        out: list[str] = []
-
-        def counter(name: str, help_text: str, series: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP vllm:{name}_total {help_text}")
-            out.append(f"# TYPE vllm:{name}_total counter")
-            for extra, value in series:
-                out.append(f"vllm:{name}_total{{{labels}{extra}}} {go_float(math.floor(value))}")
-            out.append(f"# HELP vllm:{name}_created {help_text}")
-            out.append(f"# TYPE vllm:{name}_created gauge")
-            for extra, _ in series:
-                created = self.created.setdefault(name + extra, time.time())
-                out.append(f"vllm:{name}_created{{{labels}{extra}}} {go_float(created)}")
-
-        def gauge(name: str, help_text: str, value: float) -> None:
-            out.append(f"# HELP vllm:{name} {help_text}")
-            out.append(f"# TYPE vllm:{name} gauge")
-            out.append(f"vllm:{name}{{{labels}}} {go_float(value)}")
-
         with self.lock:
-            if self.args.spec_decode:
-                counter(
-                    "spec_decode_num_drafts", "Number of spec decoding drafts.", [("", self.drafts)]
-                )
-                counter(
-                    "spec_decode_num_draft_tokens",
-                    "Number of draft tokens.",
-                    [("", self.draft_tokens)],
-                )
-                counter(
-                    "spec_decode_num_accepted_tokens",
-                    "Number of accepted tokens.",
-                    [("", self.accepted)],
-                )
-                counter(
-                    "spec_decode_num_accepted_tokens_per_pos",
-                    "Accepted tokens per draft position.",
-                    [(f',position="{i}"', v) for i, v in enumerate(self.per_pos)],
-                )
-            gauge(
-                "num_requests_running",
-                "Number of requests in model execution batches.",
-                self.running,
+            return exposition(
+                Counters(
+                    self.drafts,
+                    self.draft_tokens,
+                    self.accepted,
+                    tuple(self.per_pos),
+                    self.generation,
+                    self.running,
+                    self.args.waiting,
+                    self.created_at,
+                ),
+                model=self.args.model,
+                spec_decode=self.args.spec_decode,
             )
-            gauge(
-                "num_requests_waiting",
-                "Number of requests waiting to be processed.",
-                self.args.waiting,
-            )
-            gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0734)
-            counter(
-                "generation_tokens",
-                "Number of generation tokens processed.",
-                [("", self.generation)],
-            )
-        return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What a vLLM engine counts, at one instant (``created``: when its counters started)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_pos: tuple[float, ...]
+    generation: float
+    running: float
+    waiting: float
+    created: float
+
+
+def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
+    """The /metrics text as vLLM's prometheus_client writes it: ``_total`` counters with a
+    ``_created`` gauge each, then the request gauges (shared by the server and trace generator)."""
+    labels = LABELS.format(model=model)
+    out: list[str] = []
+
+    def counter(name: str, help_text: str, series: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP vllm:{name}_total {help_text}")
+        out.append(f"# TYPE vllm:{name}_total counter")
+        for extra, value in series:
+            out.append(f"vllm:{name}_total{{{labels}{extra}}} {go_float(math.floor(value))}")
+        out.append(f"# HELP vllm:{name}_created {help_text}")
+        out.append(f"# TYPE vllm:{name}_created gauge")
+        for extra, _ in series:
+            out.append(f"vllm:{name}_created{{{labels}{extra}}} {go_float(c.created)}")
+
+    def gauge(name: str, help_text: str, value: float) -> None:
+        out.append(f"# HELP vllm:{name} {help_text}")
+        out.append(f"# TYPE vllm:{name} gauge")
+        out.append(f"vllm:{name}{{{labels}}} {go_float(value)}")
+
+    if spec_decode:
+        counter("spec_decode_num_drafts", "Number of spec decoding drafts.", [("", c.drafts)])
+        counter("spec_decode_num_draft_tokens", "Number of draft tokens.", [("", c.draft_tokens)])
+        counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", c.accepted)])
+        counter(
+            "spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            [(f',position="{i}"', v) for i, v in enumerate(c.per_pos)],
+        )
+    gauge("num_requests_running", "Number of requests in model execution batches.", c.running)
+    gauge("num_requests_waiting", "Number of requests waiting to be processed.", c.waiting)
+    gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0734)
+    counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
+    return "\n".join(out) + "\n"
 
 
 def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,58 @@
+"""``sparkwarden record``: scrape the engine's /metrics on an interval into a JSON-lines trace.
+
+Safe to leave running for days: nothing accumulates in memory, every line is flushed as it is
+written, and only the series decisions read are kept (a few hundred bytes a line).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from sparkwarden import logs, metrics
+from sparkwarden.adapters.vllm import VllmClient
+from sparkwarden.config import Config
+
+log = logs.get("sparkwarden.record")
+
+
+def run(config: Config, out: Path, interval: float, duration: float | None) -> int:
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    vllm = VllmClient(config.llm.base_url, config.llm.api_key())
+    end = None if duration is None else time.monotonic() + duration
+    written = failed = 0
+    print(
+        f"sparkwarden record: {config.llm.base_url}/metrics every {interval:g}s into {out}",
+        flush=True,
+    )
+    try:
+        with out.open("a") as trace:
+            while not stop.is_set() and (end is None or time.monotonic() < end):
+                began = time.monotonic()
+                text = vllm.metrics(timeout=min(10.0, interval))
+                if text is None:
+                    failed += 1
+                    log.warning("scrape_failed", url=f"{config.llm.base_url}/metrics")
+                else:
+                    line = {"t": round(time.time(), 3), "metrics": metrics.keep_recorded(text)}
+                    trace.write(json.dumps(line) + "\n")
+                    trace.flush()
+                    written += 1
+                wait = interval - (time.monotonic() - began)
+                if end is not None:
+                    wait = min(wait, end - time.monotonic())
+                stop.wait(max(0.0, wait))
+    finally:
+        vllm.close()
+    print(f"sparkwarden record: {written} scrapes written, {failed} failed", flush=True)
+    return 0

@@ -1,0 +1,119 @@
+"""record and replay, and the acceptance trigger pinned on named synthetic days."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkwarden import acceptance
+from sparkwarden.actions.replay import samples
+from sparkwarden.config import AcceptanceConfig
+from tests.conftest import run_cli
+from tests.standin.stage import Stage, wait_healthy
+from tests.traces import Scenario, day, write
+
+CFG = AcceptanceConfig()  # the shipped defaults
+
+
+def fires(scenario: Scenario, tmp_path: Path) -> list[float]:
+    """Hours after the trace's start at which the trigger fires."""
+    trace = write(scenario, tmp_path / f"trace-{scenario.seed}.jsonl")
+    return [
+        round((d.t - scenario.start) / 3600, 2)
+        for d in acceptance.replay(samples(trace), CFG)
+        if d.fire
+    ]
+
+
+def test_a_mixed_day_with_an_idle_night_does_not_fire(tmp_path: Path) -> None:
+    assert fires(day(1, interval=60.0), tmp_path) == []
+
+
+def test_a_math_heavy_evening_does_not_fire(tmp_path: Path) -> None:
+    assert fires(day(3, evening="math", interval=60.0), tmp_path) == []
+
+
+def test_a_restart_mid_trace_learns_a_new_baseline(tmp_path: Path) -> None:
+    scenario = day(5, interval=60.0, restarts=[12.0])
+    trace = write(scenario, tmp_path / "restart.jsonl")
+    notes = [d.state.note for d in acceptance.replay(samples(trace), CFG)]
+    assert "counters reset: learning a new baseline" in notes
+    assert [d for d in acceptance.replay(samples(trace), CFG) if d.fire] == []
+
+
+def test_a_sudden_collapse_fires_after_two_hours_of_it(tmp_path: Path) -> None:
+    scenario = day(6, interval=60.0, decay_onset=10.0, decay_drop=0.9, decay_hours=0.1)
+    fired = fires(scenario, tmp_path)
+    assert fired and 12.0 <= fired[0] <= 12.6  # 12 windows of 10 min, then it fires
+
+
+def test_a_slow_decay_fires_before_the_hour_23_crash(tmp_path: Path) -> None:
+    scenario = day(7, interval=60.0, decay_onset=6.0, decay_drop=0.9, decay_hours=8.0)
+    fired = fires(scenario, tmp_path)
+    assert fired and fired[0] < 18.0
+
+
+def test_a_prose_evening_does_not_fire(tmp_path: Path) -> None:
+    assert fires(day(2, evening="prose", interval=60.0), tmp_path) == []
+
+
+def test_tighter_thresholds_mistake_a_prose_evening_for_decay(tmp_path: Path) -> None:
+    """Why the defaults are conservative: on aggregate acceptance a prose-heavy evening and a
+    decaying engine look alike (issue 8); a 3-window streak under half the baseline fires."""
+    trace = write(day(2, evening="prose", interval=60.0), tmp_path / "prose.jsonl")
+    tight = AcceptanceConfig(fraction=0.5, recover_fraction=0.65, consecutive=3)
+    assert [d for d in acceptance.replay(samples(trace), tight) if d.fire]
+
+
+def test_replay_cli_json_and_text(tmp_path: Path, make_config: Any) -> None:
+    trace = write(
+        day(6, interval=60.0, decay_onset=10.0, decay_drop=0.7, decay_hours=0.1),
+        tmp_path / "drop.jsonl",
+    )
+    config = make_config(["vllm-a"], 8000, [])
+    result = run_cli(config, "replay", str(trace), "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["windows"] > 50 and out["fires"]
+    assert set(out["fires"][0]) >= {"t", "reason", "acceptance", "baseline"}
+    assert out["fires"][0]["acceptance"] < out["fires"][0]["baseline"]
+    text = run_cli(config, "replay", str(trace)).stdout
+    assert "FIRE" in text and "baseline" in text and "judged window(s)" in text
+
+
+def test_replay_names_the_bad_line(tmp_path: Path, make_config: Any) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"t": 1, "metrics": ""}\nnot json\n')
+    result = run_cli(make_config(["vllm-a"], 8000, []), "replay", str(trace))
+    assert result.returncode == 1 and f"{trace}:2: not a scrape" in result.stderr
+
+
+@pytest.mark.docker
+def test_record_writes_one_flushed_line_per_scrape(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    out = tmp_path / "trace.jsonl"
+    result = run_cli(
+        make_config([llm], port, []),
+        "record",
+        "--out",
+        str(out),
+        "--interval",
+        "0.5s",
+        "--duration",
+        "3s",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) >= 4
+    assert all(set(r) == {"t", "metrics"} for r in rows)
+    assert "vllm:spec_decode_num_draft_tokens_total" in rows[-1]["metrics"]
+    assert "kv_cache_usage_perc" not in rows[-1]["metrics"]  # only what decisions read
+    assert rows[-1]["t"] > rows[0]["t"]
+    replayed = run_cli(make_config([llm], port, []), "replay", str(out), "--json")
+    assert json.loads(replayed.stdout)["fires"] == []

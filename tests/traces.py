@@ -1,0 +1,152 @@
+"""Synthetic /metrics traces built from the field figures: seeded, reproducible, as JSON lines
+exactly like ``sparkwarden record`` writes them.
+
+The model (FIELD-NOTES): each prompt class has its own position-0 acceptance and per-request
+throughput (math 78 % at 77.7 tok/s, code 75 %, mixed 52 % at 31.9 tok/s, prose 30 % at
+25.7 tok/s); later positions are accepted less (each given the one before at ``KAPPA`` x the
+position-0 rate); the class mix and the load change by hour, nights are idle, some hours run long
+contexts (acceptance x 0.8); the engine restarts reset its counters; and an optional decay
+multiplies every position's acceptance by a factor falling linearly from 1 to ``1 - decay_drop``
+over ``decay_hours`` from ``decay_onset`` (hours after the trace starts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.standin.vllm_standin import Counters, exposition
+
+K = 5
+KAPPA = 0.8
+MODEL = "AEON-7/Qwen3.6-35B-A3B-heretic-NVFP4"
+#: position-0 acceptance and tokens/s per running request, by prompt class
+CLASSES: dict[str, tuple[float, float]] = {
+    "math": (0.78, 77.7),
+    "code": (0.75, 70.0),
+    "mixed": (0.52, 31.9),
+    "prose": (0.30, 25.7),
+}
+
+
+def profile(alpha0: float) -> list[float]:
+    """Acceptance of positions 0..K-1 for one class (each given the previous)."""
+    return [alpha0 * (KAPPA * alpha0) ** i for i in range(K)]
+
+
+@dataclass
+class Scenario:
+    """A day of traffic; ``mix[h]`` and ``load[h]`` are per hour of the day (0-23)."""
+
+    seed: int
+    hours: float = 24.0
+    interval: float = 30.0
+    start: float = 1_796_000_000.0 + 4.5 * 3600  # 04:30 UTC, just after the nightly restart
+    mix: dict[int, dict[str, float]] = field(default_factory=dict)
+    load: dict[int, float] = field(default_factory=dict)
+    long_context: list[tuple[float, float]] = field(default_factory=list)
+    restarts: list[float] = field(default_factory=list)
+    decay_onset: float | None = None
+    decay_drop: float = 0.6
+    decay_hours: float = 6.0
+
+    def decay(self, hours_in: float) -> float:
+        if self.decay_onset is None or hours_in < self.decay_onset:
+            return 1.0
+        done = min(1.0, (hours_in - self.decay_onset) / max(self.decay_hours, 1e-9))
+        return 1.0 - self.decay_drop * done
+
+    def hours_to_drop(self, fraction: float) -> float | None:
+        """Hours after the start when the decay has taken ``fraction`` of the acceptance."""
+        if self.decay_onset is None or fraction > self.decay_drop:
+            return None
+        return self.decay_onset + self.decay_hours * fraction / self.decay_drop
+
+
+def lines(s: Scenario) -> Iterator[dict[str, object]]:
+    rng = random.Random(s.seed)
+    drafts = draft_tokens = accepted = generation = 0.0
+    per_pos = [0.0] * K
+    created = s.start
+    restarts = sorted(s.restarts)
+    steps = int(s.hours * 3600 / s.interval)
+    for n in range(steps + 1):
+        t = s.start + n * s.interval
+        hours_in = n * s.interval / 3600
+        if restarts and hours_in >= restarts[0]:
+            restarts.pop(0)
+            drafts = draft_tokens = accepted = generation = 0.0
+            per_pos = [0.0] * K
+            created = t
+        hour = int((t % 86400) / 3600) % 24
+        running = max(0.0, rng.gauss(s.load.get(hour, 0.0), 0.5)) if s.load.get(hour) else 0.0
+        factor = s.decay(hours_in)
+        if any(a <= hours_in < b for a, b in s.long_context):
+            factor *= 0.8
+        if n and running:
+            for name, weight in s.mix.get(hour, {"mixed": 1.0}).items():
+                alpha0, tps = CLASSES[name]
+                probs = [p * factor for p in profile(alpha0)]
+                healthy_gain = 1 + sum(profile(alpha0))
+                # Steps per second are set by compute; each step drafts once per request.
+                step_rate = tps / healthy_gain * math.exp(rng.gauss(0, 0.1))
+                d = running * weight * step_rate * s.interval
+                drafts += d
+                draft_tokens += d * K
+                for i, p in enumerate(probs):
+                    per_pos[i] += d * p
+                accepted += d * sum(probs)
+                generation += d * (1 + sum(probs))
+        counters = Counters(
+            drafts, draft_tokens, accepted, tuple(per_pos), generation, round(running), 0.0, created
+        )
+        yield {"t": t, "metrics": exposition(counters, MODEL)}
+
+
+def write(s: Scenario, path: Path) -> Path:
+    with path.open("w") as out:
+        for line in lines(s):
+            out.write(json.dumps(line) + "\n")
+    return path
+
+
+# --- the named days --------------------------------------------------------------------------
+
+DAY_LOAD = {h: 3.0 for h in range(8, 23)} | {h: 1.0 for h in (7, 23)}
+
+
+def day(seed: int, evening: str = "mixed", **extra: object) -> Scenario:
+    """Idle night, a code-heavy morning, a mixed afternoon, an evening of ``evening``."""
+    mix = {h: {"code": 0.6, "mixed": 0.4} for h in range(7, 12)}
+    mix |= {h: {"mixed": 0.7, "math": 0.3} for h in range(12, 18)}
+    mix |= {h: {evening: 0.8, "mixed": 0.2} for h in range(18, 24)}
+    return Scenario(seed=seed, mix=mix, load=dict(DAY_LOAD), **extra)  # type: ignore[arg-type]
+
+
+def random_day(seed: int, decay: bool) -> Scenario:
+    """The scoring corpus: a different mix and load every day; decay from a random hour."""
+    rng = random.Random(seed)
+    names = list(CLASSES)
+    mix: dict[int, dict[str, float]] = {}
+    load: dict[int, float] = {}
+    for hour in range(24):
+        if 1 <= hour < 7 and rng.random() < 0.8:
+            continue  # most nights are idle
+        weights = {name: rng.random() ** 2 for name in rng.sample(names, rng.randint(1, 3))}
+        total = sum(weights.values())
+        mix[hour] = {name: w / total for name, w in weights.items()}
+        load[hour] = rng.uniform(0.5, 6.0)
+    long_context = []
+    if rng.random() < 0.5:
+        begin = rng.uniform(6, 20)
+        long_context.append((begin, begin + rng.uniform(0.5, 2.0)))
+    scenario = Scenario(seed=seed, mix=mix, load=load, long_context=long_context)
+    if decay:
+        scenario.decay_onset = rng.uniform(2.0, 18.0)
+        scenario.decay_drop = rng.uniform(0.4, 0.8)
+        scenario.decay_hours = rng.uniform(1.0, 6.0)
+    return scenario

@@ -456,7 +456,8 @@ class Daemon:
         hold = self._hold(t)
         refuse = None
         if hold:
-            refuse = f"held until {status_mod._when(hold['until'])}: {hold.get('reason') or ''}"
+            until = status_mod.local_time(hold["until"])
+            refuse = f"held until {until}: {hold.get('reason') or ''}"
         elif self.journal.get("gave_up"):
             refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
         elif self.operator_stopped:

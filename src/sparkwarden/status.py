@@ -69,7 +69,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _when(iso: str | None) -> str:
+def local_time(iso: str | None) -> str:
     if not iso:
         return "-"
     moment = datetime.fromisoformat(iso).astimezone()
@@ -112,7 +112,7 @@ def format_text(s: dict[str, Any]) -> str:
     )
     nxt = s.get("next_restart")
     lines.append(
-        f"next:        {_when(nxt.get('at')) if nxt else '-'}"
+        f"next:        {local_time(nxt.get('at')) if nxt else '-'}"
         f"{' (' + nxt['reason'] + ')' if nxt else ''}"
     )
     lines.append(
@@ -120,7 +120,7 @@ def format_text(s: dict[str, Any]) -> str:
         f"runs used{' - ' + budget['why'] if budget.get('why') not in (None, 'ok') else ''}"[:79]
     )
     lines.append(
-        f"hold:        until {_when(hold['until'])} {hold.get('reason') or ''}"
+        f"hold:        until {local_time(hold['until'])} {hold.get('reason') or ''}"
         if hold
         else "hold:        none"
     )
@@ -129,7 +129,7 @@ def format_text(s: dict[str, Any]) -> str:
         took = f" in {duration(last.get('duration_s'))}" if last.get("duration_s") else ""
         lines.append(
             f"last run:    #{last['id']} {last['reason']} {last['result']}{took}, "
-            f"{_when(last.get('started_at'))}"[:79]
+            f"{local_time(last.get('started_at'))}"[:79]
         )
         if last.get("error"):
             lines.append(f"             {last['error']}"[:79])

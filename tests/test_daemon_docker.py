@@ -419,3 +419,22 @@ def test_memory_floor_pauses_voice_and_resumes_it_when_memory_is_back(
     wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=20)
     assert '"memory_floor"' in daemon.text() and '"voice_resumed_after_memory"' in daemon.text()
     assert daemon.history() == []  # a warning and a pause, not a restart
+
+
+def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    start_daemon([llm], port, [stt]).stop()
+    stage.client.containers.get(llm).kill()  # nobody is watching
+    second = start_daemon([llm], port, [stt])
+    run = wait_for("the missed crash", lambda: second.runs_with("crash"), timeout=30)[0]
+    assert run["result"] == "ok"
+    assert '"event": "container_event"' in second.text()
+    second.stop()
+    third = start_daemon([llm], port, [stt])
+    time.sleep(3)
+    assert len(third.history()) == 1, "an event already handled must not be replayed"
+    assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})

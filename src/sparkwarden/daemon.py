@@ -46,6 +46,8 @@ from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent
 
 log = logs.get("sparkwarden.daemon")
 
+#: Journal key: the time of the last Docker event a daemon has seen.
+EVENTS_SEEN = "events_seen_until"
 #: Slack on every watchdog lease, for scheduling noise on a loaded box.
 _MARGIN = 5.0
 
@@ -114,7 +116,11 @@ class Daemon:
         self.queue: queue.Queue[Any] = queue.Queue()
         self.run_lock = RunLock(config.state.dir)
         self.daemon_lock = RunLock(config.state.dir, "daemon.lock")
-        self.events = EventStream(list(config.llm.containers), self.queue.put)
+        # Events are replayed from the last one a daemon saw: a crash while sparkwarden itself
+        # was down (a watchdog restart, an upgrade) is still a crash.
+        self.events = EventStream(
+            list(config.llm.containers), self.queue.put, since=self.journal.get(EVENTS_SEEN)
+        )
         self.control = ControlServer(config.control.socket, config.control.group, self._request)
         self.trigger = (
             crontab_trigger(config.schedule.cron, config.schedule.timezone)
@@ -195,6 +201,7 @@ class Daemon:
     def _shutdown(self) -> None:
         self.notifier.stopping()
         self.events.stop()
+        self._mark_events_seen()
         self.control.stop()
         self.notify.stop()
         if self.exporter is not None:
@@ -204,6 +211,12 @@ class Daemon:
         self.parts.close()
         self.daemon_lock.release()
         log.info("stopped")
+
+    def _mark_events_seen(self) -> None:
+        """Everything before now was handled, but what is still queued: the next daemon
+        replays from the first event this one did not get to."""
+        pending = [i.t for i in list(self.queue.queue) if isinstance(i, ContainerEvent)]
+        self.journal.put(EVENTS_SEEN, min(pending) - 1e-3 if pending else time.time())
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping:
@@ -273,6 +286,7 @@ class Daemon:
     # --- observing -----------------------------------------------------------------------------
 
     def _on_container_event(self, event: ContainerEvent) -> None:
+        self.journal.put(EVENTS_SEEN, event.t)
         if event.t <= self.last_sequence_end:
             return  # our own stop and start
         watch = self.exits.get(event.name, triggers.ExitWatch())
@@ -296,6 +310,14 @@ class Daemon:
             self.operator_stopped = event.name
             self.llm_note = f"{event.name} stopped by hand: not restarting it"
             log.warning("operator_stopped", container=event.name, exit_code=event.exit_code)
+            return
+        try:
+            now = self.parts.docker.inspect(event.name)
+        except SparkwardenError as exc:
+            log.error("inspect_failed", container=event.name, error=str(exc))
+            return
+        if now.up:  # a restart policy or an operator brought it back already
+            log.warning("died_but_up_again", container=event.name, status=now.status)
             return
         why = f"{event.name} died with exit code {event.exit_code}"
         self._want("crash", why, event.t)

@@ -54,9 +54,15 @@ class ContainerEvent:
 class EventStream:
     """A thread that hands each event of the named containers to ``sink``."""
 
-    def __init__(self, names: list[str], sink: Callable[[ContainerEvent], None]) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        sink: Callable[[ContainerEvent], None],
+        since: float | None = None,
+    ) -> None:
         self._names = names
         self._sink = sink
+        self._since = since  # replay what happened while no sparkwarden was listening
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
@@ -67,7 +73,7 @@ class EventStream:
         self._thread.start()
 
     def _run(self) -> None:
-        since: float | None = None
+        since = self._since
         delay = 0.5
         while not self._stop.is_set():
             client = None

@@ -1,0 +1,156 @@
+"""The sequence with fake adapters and a fake clock: the paths real containers make slow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkwarden import sequence
+from sparkwarden.adapters.host import Memory
+from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.config import parse
+from sparkwarden.containers import ContainerState
+from sparkwarden.journal import Journal
+from sparkwarden.sequence import STEPS, Parts
+
+T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
+
+
+@dataclass
+class FakeDocker:
+    status: dict[str, str]
+    calls: list[str] = field(default_factory=list)
+    fail_on: str | None = None
+
+    def inspect(self, name: str) -> ContainerState:
+        return ContainerState(name, f"id-{name}", self.status[name], T0, None, 0, False)
+
+    def _do(self, verb: str, name: str, new: str) -> None:
+        self.calls.append(f"{verb} {name}")
+        if self.fail_on == f"{verb} {name}":
+            raise RuntimeError(f"bug while {verb} {name}")
+        self.status[name] = new
+
+    def pause(self, name: str) -> None:
+        self._do("pause", name, "paused")
+
+    def unpause(self, name: str) -> None:
+        self._do("unpause", name, "running")
+
+    def stop(self, name: str, timeout: float) -> None:
+        self._do("stop", name, "exited")
+
+    def start(self, name: str) -> None:
+        self._do("start", name, "running")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeHost:
+    available: list[float]  # what each look at MemAvailable returns, in order
+    drops: int = 0
+
+    def memory(self) -> Memory:
+        value = self.available.pop(0) if len(self.available) > 1 else self.available[0]
+        return Memory(value, 121.0)
+
+    def drop_caches(self) -> None:
+        self.drops += 1
+
+
+class FakeVllm:
+    def health(self, timeout: float = 10.0) -> Health:
+        return Health("up", "HTTP 200")
+
+    def served_model(self, timeout: float = 30.0) -> str:
+        return "qwen"
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        return ChatOutcome(True, "answered 'ready'", "ready")
+
+    def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def build(tmp_path: Path, docker: FakeDocker, host: FakeHost, **memory: Any) -> tuple[Any, Parts]:
+    config = parse(
+        {
+            "llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:1"},
+            "voice": {"containers": ["stt"]},
+            "memory": {"start_min_available_gib": 60, **memory},
+            "state": {"dir": str(tmp_path)},
+        }
+    )
+    clock = Clock()
+    parts = Parts(
+        docker=docker,
+        vllm=FakeVllm(),
+        host=host,  # type: ignore[arg-type]
+        journal=Journal(tmp_path),
+        monotonic=clock.monotonic,
+        sleep=clock.sleep,
+    )
+    return config, parts
+
+
+def test_memory_comes_back_after_a_few_drops(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    host = FakeHost([20.0, 30.0, 45.0, 70.0])  # before, then after each drop
+    config, parts = build(tmp_path, docker, host, drop_interval="5s", start_wait="3m")
+    outcome = sequence.restart(config, "manual", parts)
+    assert outcome.ok
+    step = next(s for s in parts.journal.runs(1)[0].steps if s.name == "drop_caches")
+    assert step.detail["drops"] == 3 == host.drops
+    assert step.detail["available_before_gib"] == 20.0
+    assert step.detail["available_after_gib"] == 70.0
+
+
+def test_memory_that_never_comes_back_keeps_the_llm_stopped(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    host = FakeHost([10.0])
+    config, parts = build(tmp_path, docker, host, drop_interval="5s", start_wait="60s")
+    outcome = sequence.restart(config, "manual", parts)
+    assert not outcome.ok and "not starting the LLM" in (outcome.error or "")
+    assert "start llm" not in docker.calls
+    assert host.drops == 13  # at 0 s, then every 5 s until the 60 s it may wait are up
+    assert docker.status == {"llm": "exited", "stt": "running"}
+
+
+def test_a_bug_in_a_step_still_resumes_voice_and_records_the_run(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"}, fail_on="stop llm")
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    outcome = sequence.restart(config, "manual", parts)
+    assert not outcome.ok and "internal error: RuntimeError" in (outcome.error or "")
+    assert docker.calls[-1] == "unpause stt" and docker.status["stt"] == "running"
+    run = parts.journal.runs(1)[0]
+    assert run.result == "failed"
+    results = {s.name: s.result for s in run.steps}
+    assert results["stop_llm"] == "failed" and results["resume_voice"] == "ok"
+    assert [s.name for s in run.steps] == ["detect", "pause_voice", "stop_llm", *STEPS[3:]]
+
+
+def test_repair_verifies_a_running_llm_and_resumes_only_what_was_paused(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    resume = sequence.Resume("llm", ["stt"])
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert outcome.ok
+    assert docker.calls == ["unpause stt"]  # the LLM was neither stopped nor started
+    results = {s.name: s.result for s in parts.journal.runs(1)[0].steps}
+    assert results["stop_llm"] == results["start_llm"] == "skipped"
+    assert results["chat_probe"] == "ok"

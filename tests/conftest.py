@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,21 @@ def run_cli(
         cwd=ROOT,
         check=False,
     )
+
+
+def history(config: Path) -> list[dict[str, Any]]:
+    """``sparkwarden history --json``: the runs, newest first."""
+    result = run_cli(config, "history", "--json", "--limit", "50")
+    assert result.returncode == 0, result.stderr
+    runs: list[dict[str, Any]] = json.loads(result.stdout)
+    return runs
+
+
+def running_step(config: Path) -> str | None:
+    """The step the newest run is in right now, if it is running."""
+    runs = history(config)
+    steps = runs[0]["steps"] if runs else []
+    return next((s["name"] for s in steps if s["result"] == "running"), None)
 
 
 def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sparkwarden import config as cfg
 from sparkwarden import control
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, history, run_cli
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
@@ -68,10 +68,7 @@ class DaemonProcess:
         return snapshot
 
     def history(self) -> list[dict[str, Any]]:
-        result = run_cli(self.config, "history", "--json", "--limit", "50")
-        assert result.returncode == 0, result.stderr
-        runs: list[dict[str, Any]] = json.loads(result.stdout)
-        return runs
+        return history(self.config)
 
     def runs_with(self, reason: str, finished: bool = True) -> list[dict[str, Any]]:
         return [

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sparkwarden import control
-from tests.conftest import run_cli, start_cli
+from tests.conftest import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
@@ -68,13 +68,6 @@ def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterato
     yield start
     for daemon in started:
         daemon.stop()
-
-
-def step_running(daemon: DaemonProcess, name: str) -> bool:
-    runs = daemon.history()
-    return bool(runs) and any(
-        s["name"] == name and s["result"] == "running" for s in runs[0]["steps"]
-    )
 
 
 def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
@@ -171,7 +164,7 @@ def test_kill_9_mid_sequence_then_a_new_daemon_repairs(stage: Stage, start_daemo
     daemon = start_daemon([llm], port, [stt])
     restart = start_cli(daemon.config, "restart")
     try:
-        wait_for("wait_health", lambda: step_running(daemon, "wait_health"))
+        wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
         daemon.signal(signal.SIGKILL)
         daemon.wait()
         assert stage.status(stt) == "paused"  # the box as the crash left it
@@ -196,7 +189,7 @@ def test_sigterm_mid_sequence_resumes_voice_before_exit(stage: Stage, start_daem
     daemon = start_daemon([llm], port, [stt])
     restart = start_cli(daemon.config, "restart")
     try:
-        wait_for("wait_health", lambda: step_running(daemon, "wait_health"))
+        wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
         assert stage.status(stt) == "paused"
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
@@ -328,7 +321,7 @@ def test_two_restart_requests_never_start_two_sequences(stage: Stage, start_daem
     wait_healthy(port)
     daemon = start_daemon([llm], port, [])
     first = start_cli(daemon.config, "restart")
-    wait_for("the first run", lambda: step_running(daemon, "wait_health"))
+    wait_for("the first run", lambda: running_step(daemon.config) == "wait_health")
     second = run_cli(daemon.config, "restart")
     assert second.returncode == 1 and "another sequence is running" in second.stderr
     out, err = first.communicate(timeout=60)

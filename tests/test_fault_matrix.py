@@ -25,26 +25,13 @@ from hypothesis import strategies as st
 
 from sparkwarden import cli
 from sparkwarden.sequence import STEPS
-from tests.conftest import run_cli, socket_of, start_cli
+from tests.conftest import history, run_cli, running_step, socket_of, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.privatedocker import PrivateDocker
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, ensure_image, wait_healthy
 
 pytestmark = pytest.mark.docker
-
-
-def history(config: Path) -> list[dict[str, Any]]:
-    result = run_cli(config, "history", "--json", "--limit", "50")
-    assert result.returncode == 0, result.stderr
-    runs: list[dict[str, Any]] = json.loads(result.stdout)
-    return runs
-
-
-def running_step(config: Path) -> str | None:
-    runs = history(config)
-    steps = runs[0]["steps"] if runs else []
-    return next((s["name"] for s in steps if s["result"] == "running"), None)
 
 
 # --- 6. dockerd restarted in the middle of a sequence ----------------------------------------

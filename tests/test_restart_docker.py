@@ -15,7 +15,7 @@ from sparkwarden import config as cfg
 from sparkwarden import sequence
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
-from tests.conftest import run_cli, start_cli
+from tests.conftest import history, run_cli, start_cli
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy
 
@@ -37,13 +37,6 @@ def events(client: docker.DockerClient, since: float, names: set[str]) -> list[t
         ):
             seen.append((event["timeNano"], name, event["Action"]))
     return [(name, action) for _, name, action in sorted(seen)]
-
-
-def history(config: Path) -> list[dict[str, Any]]:
-    result = run_cli(config, "history", "--json")
-    assert result.returncode == 0, result.stderr
-    runs: list[dict[str, Any]] = json.loads(result.stdout)
-    return runs
 
 
 def steps_of(run: dict[str, Any]) -> dict[str, str]:

@@ -72,8 +72,6 @@ class Notifier:
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=100)
         self._thread: threading.Thread | None = None
         self._host = socket.gethostname()
-        self.sent = 0
-        self.failed = 0
 
     def start(self) -> None:
         if self.targets and self._thread is None:
@@ -117,7 +115,6 @@ class Notifier:
             response = client.post(target.url(), **payload(target, event, self._host))
             response.raise_for_status()
         except httpx.HTTPStatusError as exc:
-            self.failed += 1
             log.warning(
                 "notify_failed",
                 target=name,
@@ -125,10 +122,8 @@ class Notifier:
                 error=f"HTTP {exc.response.status_code}",
             )
         except httpx.HTTPError as exc:
-            self.failed += 1
             log.warning("notify_failed", target=name, notice=event.kind, error=type(exc).__name__)
         else:
-            self.sent += 1
             log.info("notified", target=name, notice=event.kind)
 
     def stop(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,3 @@ def _wrap(items: list[str], width: int) -> list[str]:
     if row:
         rows.append(row)
     return rows
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -66,7 +66,6 @@ class EventStream:
         self._stop = threading.Event()
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
-        self.connected = threading.Event()
         self.reconnects = 0
 
     def start(self) -> None:
@@ -84,7 +83,6 @@ class EventStream:
                     since=None if since is None else int(since),
                     filters={"type": "container", "container": self._names},
                 )
-                self.connected.set()
                 if self.reconnects:
                     log.info("docker_events_reconnected", reconnects=self.reconnects, since=since)
                 delay = 0.5
@@ -100,7 +98,6 @@ class EventStream:
                 if not self._stop.is_set():
                     log.warning("docker_events_lost", error=str(exc), retry_in=delay)
             finally:
-                self.connected.clear()
                 if client is not None:
                     client.close()
             if self._stop.wait(delay):

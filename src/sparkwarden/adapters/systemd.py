@@ -57,16 +57,12 @@ class Watchdog:
         self._lease_until = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.pings = 0
         self.frozen = False  # fault injection: the loop pretends to hang (tests only)
 
     def beat(self, lease_s: float) -> None:
         """The loop made progress and will again within ``lease_s`` seconds."""
         if not self.frozen:
             self._lease_until = max(self._lease_until, time.monotonic() + lease_s)
-
-    def expire(self) -> None:
-        self._lease_until = 0.0
 
     def start(self) -> None:
         if self.interval is None or self._thread is not None:
@@ -79,7 +75,6 @@ class Watchdog:
         while not self._stop.wait(self.interval):
             if time.monotonic() < self._lease_until:
                 self._notifier.send("WATCHDOG=1")
-                self.pings += 1
 
     def stop(self) -> None:
         self._stop.set()

@@ -19,7 +19,16 @@ def test_fixture_figures() -> None:
     assert m.spec.per_pos == (1.592e06, 987000.0, 301000.0, 164000.0, 103190.0)
     assert m.spec.created == pytest.approx(1.7960193643505929e09)
     assert (m.running, m.waiting, m.generation_tokens) == (1.0, 0.0, 1.8421337e07)
+    assert m.kv_cache == 0.0734 and m.context == 0.0734  # one request holds it all
     assert m.busy
+
+
+def test_older_kv_cache_name_and_an_idle_engine() -> None:
+    old = FIXTURE.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    assert parse(old).kv_cache == 0.0734
+    running = next(ln for ln in FIXTURE.splitlines() if ln.startswith("vllm:num_requests_run"))
+    idle = FIXTURE.replace(running, running.replace("} 1.0", "} 0.0"))
+    assert parse(idle).running == 0.0 and parse(idle).context is None  # no request, no context
 
 
 def test_without_spec_decode_series() -> None:
@@ -44,5 +53,5 @@ def test_record_filter_keeps_only_what_decisions_need() -> None:
     )
     kept = keep_recorded(noisy)
     assert "e2e_request_latency" not in kept
-    assert kept.count("\n") == FIXTURE.count("\n") - 3  # the kv-cache gauge goes, the rest stays
+    assert kept.count("\n") == FIXTURE.count("\n")  # everything the fixture has is read
     assert parse(kept) == parse(FIXTURE)

@@ -2,12 +2,13 @@
 exactly like ``sparkwarden record`` writes them.
 
 The model (FIELD-NOTES): each prompt class has its own position-0 acceptance and per-request
-throughput (math 78 % at 77.7 tok/s, code 75 %, mixed 52 % at 31.9 tok/s, prose 30 % at
-25.7 tok/s); later positions are accepted less (each given the one before at ``KAPPA`` x the
-position-0 rate); the class mix and the load change by hour, nights are idle, some hours run long
-contexts (acceptance x 0.8); the engine restarts reset its counters; and an optional decay
-multiplies every position's acceptance by a factor falling linearly from 1 to ``1 - decay_drop``
-over ``decay_hours`` from ``decay_onset`` (hours after the trace starts).
+throughput (math 78 % at 77.7 tok/s, code 75 %, mixed 52 % at 31.9 tok/s, prose 30 % at 25.7
+tok/s); later positions are accepted less (each given the one before at ``KAPPA`` x the
+position-0 rate); the class mix and the load change by hour, nights are idle, some hours run
+long contexts (acceptance x 0.8, and the KV cache per request ~25x fuller); the engine restarts
+reset its counters; and an optional decay multiplies every position's acceptance by a factor
+falling linearly from 1 to ``1 - decay_drop`` over ``decay_hours`` from ``decay_onset`` (hours
+after the trace starts).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from tests.standin.vllm_standin import Counters, exposition
 
 K = 5
 KAPPA = 0.8
+#: tokens the KV cache holds (vllm:kv_cache_usage_perc = tokens held / this)
+KV_TOKENS = 600_000.0
+#: context per request: ordinary chat, and a long-context phase
+CHAT_CONTEXT = 4_000.0
+LONG_CONTEXT = 100_000.0
 MODEL = "AEON-7/Qwen3.6-35B-A3B-heretic-NVFP4"
 #: position-0 acceptance and tokens/s per running request, by prompt class
 CLASSES: dict[str, tuple[float, float]] = {
@@ -48,6 +54,8 @@ class Scenario:
     start: float = 1_796_000_000.0 + 4.5 * 3600  # 04:30 UTC, just after the nightly restart
     mix: dict[int, dict[str, float]] = field(default_factory=dict)
     load: dict[int, float] = field(default_factory=dict)
+    #: context per request by hour (default ``CHAT_CONTEXT``), outside long-context phases
+    context: dict[int, float] = field(default_factory=dict)
     long_context: list[tuple[float, float]] = field(default_factory=list)
     restarts: list[float] = field(default_factory=list)
     decay_onset: float | None = None
@@ -65,6 +73,17 @@ class Scenario:
         if self.decay_onset is None or fraction > self.decay_drop:
             return None
         return self.decay_onset + self.decay_hours * fraction / self.decay_drop
+
+
+def _count(rng: random.Random, mean: float) -> float:
+    """A Poisson draw (counting noise without the bias a clipped normal has at small means)."""
+    if mean > 50:
+        return max(0.0, rng.gauss(mean, math.sqrt(mean)))
+    n, threshold, product = 0, math.exp(-mean), rng.random()
+    while product > threshold:
+        n += 1
+        product *= rng.random()
+    return float(n)
 
 
 def lines(s: Scenario) -> Iterator[dict[str, object]]:
@@ -85,8 +104,10 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
         hour = int((t % 86400) / 3600) % 24
         running = max(0.0, rng.gauss(s.load.get(hour, 0.0), 0.5)) if s.load.get(hour) else 0.0
         factor = s.decay(hours_in)
+        context = s.context.get(hour, CHAT_CONTEXT)
         if any(a <= hours_in < b for a, b in s.long_context):
             factor *= 0.8
+            context = LONG_CONTEXT
         if n and running:
             for name, weight in s.mix.get(hour, {"mixed": 1.0}).items():
                 alpha0, tps = CLASSES[name]
@@ -95,14 +116,25 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
                 # Steps per second are set by compute; each step drafts once per request.
                 step_rate = tps / healthy_gain * math.exp(rng.gauss(0, 0.1))
                 d = running * weight * step_rate * s.interval
+                # Counting noise: each position's accepted tokens are a binomial draw.
+                hits = [_count(rng, d * p) for p in probs]
                 drafts += d
                 draft_tokens += d * K
-                for i, p in enumerate(probs):
-                    per_pos[i] += d * p
-                accepted += d * sum(probs)
-                generation += d * (1 + sum(probs))
+                for i, hit in enumerate(hits):
+                    per_pos[i] += hit
+                accepted += sum(hits)
+                generation += d + sum(hits)
+        kv_cache = min(1.0, round(running) * context * rng.uniform(0.8, 1.2) / KV_TOKENS)
         counters = Counters(
-            drafts, draft_tokens, accepted, tuple(per_pos), generation, round(running), 0.0, created
+            drafts,
+            draft_tokens,
+            accepted,
+            tuple(per_pos),
+            generation,
+            round(running),
+            0.0,
+            created,
+            kv_cache,
         )
         yield {"t": t, "metrics": exposition(counters, MODEL)}
 
@@ -133,6 +165,7 @@ def random_day(seed: int, decay: bool) -> Scenario:
     names = list(CLASSES)
     mix: dict[int, dict[str, float]] = {}
     load: dict[int, float] = {}
+    context: dict[int, float] = {}
     for hour in range(24):
         if 1 <= hour < 7 and rng.random() < 0.8:
             continue  # most nights are idle
@@ -140,11 +173,12 @@ def random_day(seed: int, decay: bool) -> Scenario:
         total = sum(weights.values())
         mix[hour] = {name: w / total for name, w in weights.items()}
         load[hour] = rng.uniform(0.5, 6.0)
+        context[hour] = rng.uniform(0.5, 2.0) * CHAT_CONTEXT
     long_context = []
     if rng.random() < 0.5:
         begin = rng.uniform(6, 20)
         long_context.append((begin, begin + rng.uniform(0.5, 2.0)))
-    scenario = Scenario(seed=seed, mix=mix, load=load, long_context=long_context)
+    scenario = Scenario(seed=seed, mix=mix, load=load, context=context, long_context=long_context)
     if decay:
         scenario.decay_onset = rng.uniform(2.0, 18.0)
         scenario.decay_drop = rng.uniform(0.4, 0.8)

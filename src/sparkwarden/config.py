@@ -206,16 +206,18 @@ class HealthConfig(_Section):
 
 
 class AcceptanceConfig(_Section):
-    """Draft acceptance against the baseline learnt after each restart."""
+    """Drafting health against the baseline learnt after each restart (see acceptance.py);
+    defaults scored in benchmarks/score_acceptance.py."""
 
     enabled: bool = True
     window: PositiveDuration = 600.0
     min_draft_tokens: Annotated[int, Field(ge=1)] = 2000
     warmup: Duration = 600.0
     learn_windows: Annotated[int, Field(ge=1)] = 6
-    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.3
-    recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.45
-    consecutive: Annotated[int, Field(ge=1)] = 12
+    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.75
+    recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    consecutive: Annotated[int, Field(ge=1)] = 2
+    long_context: Annotated[float, Field(gt=1)] = 4.0
 
     @model_validator(mode="after")
     def _hysteresis(self) -> AcceptanceConfig:

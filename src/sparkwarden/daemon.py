@@ -371,9 +371,8 @@ class Daemon:
             log.warning("metrics_unusable", note=self.metrics_note)
         if not self.config.acceptance.enabled:
             return
-        spec = self.engine.spec if self.engine else None
         was_available = self.acc.available
-        self.acc, fire = acceptance.observe(self.acc, spec, t, self.config.acceptance)
+        self.acc, fire = acceptance.observe(self.acc, self.engine, t, self.config.acceptance)
         if was_available and not self.acc.available:
             log.warning(
                 "acceptance_trigger_off",

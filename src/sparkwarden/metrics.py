@@ -21,9 +21,11 @@ CREATED = "vllm:spec_decode_num_draft_tokens_created"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 GENERATION = "vllm:generation_tokens_total"
+#: KV-cache usage (0..1); older vLLM names it after the GPU cache
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 #: The series ``sparkwarden record`` keeps: enough to replay every decision, nothing more.
-RECORDED_PREFIXES = (PREFIX, "vllm:num_requests_", "vllm:generation_tokens")
+RECORDED_PREFIXES = (PREFIX, "vllm:num_requests_", "vllm:generation_tokens", *KV_CACHE)
 
 
 class MetricsError(SparkwardenError):
@@ -45,10 +47,18 @@ class EngineMetrics:
     running: float | None
     waiting: float | None
     generation_tokens: float | None
+    kv_cache: float | None = None
 
     @property
     def busy(self) -> bool:
         return bool(self.running) or bool(self.waiting)
+
+    @property
+    def context(self) -> float | None:
+        """KV cache held per running request: how long the conversations are right now."""
+        if self.kv_cache is None or not self.running:
+            return None
+        return self.kv_cache / self.running
 
 
 def parse(text: str) -> EngineMetrics:
@@ -56,6 +66,7 @@ def parse(text: str) -> EngineMetrics:
     sums: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     created: float | None = None
+    kv_cache: float | None = None
     try:
         # A real page has hundreds of histogram lines; parsing only ours is ~10x cheaper.
         for family in text_string_to_metric_families(keep_recorded(text)):
@@ -66,6 +77,8 @@ def parse(text: str) -> EngineMetrics:
                     per_pos[position] = per_pos.get(position, 0.0) + sample.value
                 elif name == CREATED:
                     created = sample.value if created is None else min(created, sample.value)
+                elif name in KV_CACHE:  # a share per engine: the fullest one speaks for all
+                    kv_cache = sample.value if kv_cache is None else max(kv_cache, sample.value)
                 elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, RUNNING, WAITING, GENERATION):
                     sums[name] = sums.get(name, 0.0) + sample.value
     except (ValueError, TypeError, IndexError, KeyError) as exc:
@@ -81,7 +94,7 @@ def parse(text: str) -> EngineMetrics:
             per_pos=tuple(per_pos[i] for i in sorted(per_pos)),
             created=created,
         )
-    return EngineMetrics(spec, sums.get(RUNNING), sums.get(WAITING), sums.get(GENERATION))
+    return EngineMetrics(spec, sums.get(RUNNING), sums.get(WAITING), sums.get(GENERATION), kv_cache)
 
 
 def keep_recorded(text: str) -> str:

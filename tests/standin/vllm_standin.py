@@ -124,6 +124,7 @@ class Counters:
     running: float
     waiting: float
     created: float
+    kv_cache: float = 0.0734
 
 
 def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
@@ -158,7 +159,7 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
         )
     gauge("num_requests_running", "Number of requests in model execution batches.", c.running)
     gauge("num_requests_waiting", "Number of requests waiting to be processed.", c.waiting)
-    gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0.0734)
+    gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache)
     counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
     return "\n".join(out) + "\n"
 

@@ -11,11 +11,11 @@ from typing import Any
 from sparkwarden import acceptance, metrics
 from sparkwarden.config import Config
 from sparkwarden.errors import SparkwardenError
-from sparkwarden.metrics import SpecDecode
+from sparkwarden.metrics import EngineMetrics
 
 
-def samples(path: Path) -> Iterator[tuple[float, SpecDecode | None]]:
-    """(t, spec-decode counters) per line; a line that is not a scrape is an error naming it."""
+def samples(path: Path) -> Iterator[tuple[float, EngineMetrics | None]]:
+    """(t, the engine's figures) per line; a line that is not a scrape is an error naming it."""
     try:
         handle = path.open()
     except OSError as exc:
@@ -32,7 +32,7 @@ def samples(path: Path) -> Iterator[tuple[float, SpecDecode | None]]:
                     f'{path}:{number}: not a scrape (want {{"t": seconds, "metrics": text}})'
                 ) from None
             try:
-                yield t, metrics.parse(text).spec
+                yield t, metrics.parse(text)
             except metrics.MetricsError:
                 yield t, None
 
@@ -51,6 +51,7 @@ def run(config: Config, path: Path, as_json: bool) -> int:
                     "reason": "acceptance",
                     "acceptance": fire.acceptance,
                     "baseline": fire.baseline,
+                    "health": fire.health,
                     "why": fire.why,
                 }
             )
@@ -62,7 +63,11 @@ def run(config: Config, path: Path, as_json: bool) -> int:
         else:
             current = "-" if state.current is None else f"{state.current:.1%}"
             base = "-" if state.baseline is None else f"{state.baseline:.1%}"
-            print(f"{when}  acceptance {current:>6}  baseline {base:>6}  {state.note}")
+            health = "-" if state.health is None else f"{state.health:.2f}"
+            print(
+                f"{when}  acceptance {current:>6}  baseline {base:>6}  health {health:>4}  "
+                f"{state.note}"
+            )
     if as_json:
         print(json.dumps({"fires": fires, "windows": windows}, indent=2))
     else:

@@ -1,0 +1,80 @@
+"""The healthy share from per-position acceptance, and the non-negative least squares under it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkwarden.draftshape import DEPTH_RATIO, MIN_COUNT, healthy_share, nnls
+
+DRAFTS = 1e6
+
+
+def counts(
+    mix: dict[float, float], spoiled: float = 0.0, ratio: float = DEPTH_RATIO
+) -> list[float]:
+    """Accepted tokens per position for ``DRAFTS`` drafts of a mix of texts (position-0
+    acceptance -> share), a ``spoiled`` share of drafts rejected outright."""
+    return [
+        DRAFTS * (1 - spoiled) * sum(w * a * (ratio * a) ** i for a, w in mix.items())
+        for i in range(5)
+    ]
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [
+        {0.30: 1.0},
+        {0.52: 1.0},
+        {0.78: 1.0},
+        {0.3: 0.5, 0.78: 0.5},
+        {0.3: 0.2, 0.52: 0.3, 0.75: 0.5},
+    ],
+)
+def test_any_healthy_mix_is_whole(mix: dict[float, float]) -> None:
+    share = healthy_share(counts(mix), DRAFTS)
+    assert share is not None and share == pytest.approx(1.0, abs=0.015)
+
+
+@pytest.mark.parametrize("spoiled", [0.1, 0.3, 0.6])
+@pytest.mark.parametrize("mix", [{0.52: 1.0}, {0.3: 0.5, 0.78: 0.5}])
+def test_a_decay_shows_as_the_share_it_spoils(mix: dict[float, float], spoiled: float) -> None:
+    share = healthy_share(counts(mix, spoiled), DRAFTS)
+    assert share is not None and share == pytest.approx(1 - spoiled, abs=0.015)
+
+
+def test_a_wrong_depth_ratio_rescales_every_window_alike() -> None:
+    """Why the ratio needs no tuning: the baseline, measured the same way, cancels it."""
+    ratio = 0.9
+    healthy = [healthy_share(counts(m, 0.0, ratio), DRAFTS) for m in ({0.3: 1.0}, {0.6: 1.0})]
+    decayed = healthy_share(counts({0.45: 1.0}, 0.3, ratio), DRAFTS)
+    assert healthy[0] is not None and healthy[1] is not None and decayed is not None
+    assert healthy[0] == pytest.approx(healthy[1], rel=0.02)
+    assert decayed / healthy[0] == pytest.approx(0.7, abs=0.02)
+
+
+def test_too_few_counted_positions_say_nothing() -> None:
+    assert healthy_share([MIN_COUNT * 10, MIN_COUNT - 1, 0, 0, 0], 1000) is None
+    assert healthy_share([0.0, 0.0], 1000) is None
+
+
+columns = st.lists(
+    st.lists(st.floats(0, 10, allow_nan=False), min_size=4, max_size=4), min_size=1, max_size=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(columns, st.lists(st.floats(-10, 10, allow_nan=False), min_size=4, max_size=4))
+def test_nnls_meets_the_optimality_conditions(cols: list[list[float]], y: list[float]) -> None:
+    """Karush-Kuhn-Tucker: x >= 0; no column can lower the residual by growing (gradient <= 0);
+    every column in use is at a stationary point (gradient = 0)."""
+    x = nnls(cols, y)
+    residual = [y[i] - sum(x[j] * cols[j][i] for j in range(len(cols))) for i in range(4)]
+    for j, column in enumerate(cols):
+        gradient = sum(c * r for c, r in zip(column, residual, strict=True))
+        scale = 1 + sum(c * c for c in column) * (1 + sum(v * v for v in y))
+        assert x[j] >= 0
+        assert gradient <= 1e-7 * scale
+        if x[j] > 1e-9:
+            assert abs(gradient) <= 1e-7 * scale

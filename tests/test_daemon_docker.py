@@ -124,7 +124,7 @@ def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any
     run = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=40)[0]
     assert run["result"] == "ok"
     log = daemon.text()
-    assert '"event": "drained"' in log and "below 30% of the baseline" in log
+    assert '"event": "drained"' in log and "healthy share of drafting" in log
 
 
 def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:

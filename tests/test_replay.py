@@ -72,7 +72,7 @@ def test_a_prose_evening_does_not_fire(tmp_path: Path) -> None:
     assert day_rate is not None
     # Acceptance fell by a third or more; the healthy share did not move.
     assert min(s.current or 1 for s in evening) < 0.67 * day_rate
-    assert min(s.health or 0 for s in evening) > 0.9
+    assert min(s.health or 0 for s in evening) > 0.85
 
 
 def test_a_long_context_afternoon_does_not_fire(tmp_path: Path) -> None:

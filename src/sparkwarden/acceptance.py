@@ -72,15 +72,15 @@ def _reset(old: SpecDecode, new: SpecDecode) -> bool:
     return new.draft_tokens < old.draft_tokens or new.accepted < old.accepted
 
 
-def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method]:
-    """A window's score: the healthy share of its drafting when per-position counters let the
-    shape tell, else its acceptance rate (``"rate"``: not enough to act on)."""
+def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method] | None:
+    """A window's score: the healthy share of its drafting when the engine counts per position
+    (None while too few drafts to read the shape), else its acceptance rate (``"rate"``: not
+    enough to act on)."""
     drafts = new.drafts - old.drafts
-    if len(new.per_pos) >= 2 and len(old.per_pos) == len(new.per_pos) and drafts > 0:
+    if len(new.per_pos) >= 2 and len(old.per_pos) == len(new.per_pos):
         accepted = [b - a for a, b in zip(old.per_pos, new.per_pos, strict=True)]
         share = healthy_share(accepted, drafts)
-        if share is not None:
-            return share, "shape"
+        return None if share is None else (share, "shape")
     return (new.accepted - old.accepted) / (new.draft_tokens - old.draft_tokens), "rate"
 
 
@@ -108,13 +108,14 @@ def observe(
         return replace(state, available=True), None
 
     drafted = spec.draft_tokens - anchor.draft_tokens
-    if drafted < cfg.min_draft_tokens:  # too few tokens to judge: the window stays open
-        note = f"window open: {drafted:.0f} drafted tokens of {cfg.min_draft_tokens} to judge"
+    scored = score(anchor, spec) if drafted >= cfg.min_draft_tokens else None
+    if scored is None:  # too few tokens to judge: the window stays open
+        note = f"window open: {drafted:.0f} drafted tokens so far, too few to judge"
         return replace(state, available=True, note=note), None
+    value, method = scored
     context = state.context_sum / state.context_n if state.context_n else None
     state = replace(state, anchor_t=t, anchor=spec, available=True, context_sum=0.0, context_n=0)
     rate = (spec.accepted - anchor.accepted) / drafted
-    value, method = score(anchor, spec)
     state = replace(state, current=rate, method=method, windows=state.windows + 1)
     if state.engine_since is not None and t - state.engine_since < cfg.warmup:
         return replace(state, note="warming up after a start"), None
@@ -172,12 +173,13 @@ def _learn(
     state = replace(state, learn_from=learn_from, learnt=learnt, learnt_contexts=contexts)
     if learnt < cfg.learn_windows:
         return replace(state, note=f"learning the baseline ({learnt}/{cfg.learn_windows} windows)")
-    baseline_score, _ = score(learn_from, spec)
+    pooled = score(learn_from, spec)
+    assert pooled is not None  # it spans the windows just scored, so it reads at least as well
     return replace(
         state,
         baseline=(spec.accepted - learn_from.accepted)
         / (spec.draft_tokens - learn_from.draft_tokens),
-        baseline_score=baseline_score,
+        baseline_score=pooled[0],
         baseline_context=statistics.median(contexts) if contexts else None,
         note=f"baseline learnt over {learnt} windows ({method})",
     )

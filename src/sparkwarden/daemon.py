@@ -815,6 +815,8 @@ class Daemon:
             "acceptance": {
                 "current": self.acc.current,
                 "baseline": self.acc.baseline,
+                "health": self.acc.health,
+                "method": self.acc.method,
                 "available": self.acc.available,
                 "note": self.acc.note,
                 "enabled": self.config.acceptance.enabled,

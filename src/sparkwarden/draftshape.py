@@ -24,26 +24,32 @@ from collections.abc import Sequence
 DEPTH_RATIO = 0.8
 LOWEST = 0.25
 GRID = tuple(LOWEST + (1.0 - LOWEST) * j / 12 for j in range(13))
-#: accepted tokens a position needs in a window to count (Poisson noise ~1/sqrt(n): 18 %)
+#: accepted tokens the hardest text would have at a position for it to be read (noise ~18 %)
 MIN_COUNT = 30
 
 
 def healthy_share(accepted: Sequence[float], drafts: float) -> float | None:
     """The healthy share of drafting behind per-position accepted-token counts over ``drafts``
-    drafts; None when fewer than two positions counted enough tokens to say anything.
+    drafts; None while the drafts are too few to read a shape (fewer than two positions at
+    which even the hardest text, ``LOWEST``, would have been accepted ``MIN_COUNT`` times).
 
-    Residuals are weighted by 1/sqrt(rate), as counting noise is; positions with fewer than
-    ``MIN_COUNT`` accepted tokens are left out, because a deep position's zero would otherwise
-    pull the fit towards hard curves, each worth 1/a of mass. About 1 ms for 5 positions."""
-    counted = [(i, n / drafts) for i, n in enumerate(accepted) if n >= MIN_COUNT]
-    if len(counted) < 2:
+    A position is read by what the hardest text would show there, not by what it did show: a
+    collapsed drafter's empty deep positions are evidence, and are kept. Residuals are weighted
+    by 1/sqrt(rate), as counting noise is, floored at ``MIN_COUNT`` tokens. About 1 ms."""
+    floor = MIN_COUNT / drafts if drafts > 0 else math.inf
+    read = [
+        (i, n / drafts)
+        for i, n in enumerate(accepted)
+        if LOWEST * (DEPTH_RATIO * LOWEST) ** i >= floor
+    ]
+    if len(read) < 2:
         return None
-    weights = [1 / math.sqrt(rate) for _, rate in counted]
+    weights = [1 / math.sqrt(max(rate, floor)) for _, rate in read]
     curves = [
-        [w * a * (DEPTH_RATIO * a) ** i for (i, _), w in zip(counted, weights, strict=True)]
+        [w * a * (DEPTH_RATIO * a) ** i for (i, _), w in zip(read, weights, strict=True)]
         for a in GRID
     ]
-    return sum(nnls(curves, [w * rate for (_, rate), w in zip(counted, weights, strict=True)]))
+    return sum(nnls(curves, [w * rate for (_, rate), w in zip(read, weights, strict=True)]))
 
 
 def nnls(columns: Sequence[Sequence[float]], y: Sequence[float]) -> list[float]:

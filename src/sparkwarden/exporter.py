@@ -93,6 +93,11 @@ class SnapshotCollector(Collector):
             known(acc.get("baseline")),
         )
         yield gauge(
+            "sparkwarden_drafting_health_ratio",
+            "Healthy share of drafting over the baseline's, from per-position acceptance",
+            known(acc.get("health")),
+        )
+        yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget["used"])
         )
         yield gauge(

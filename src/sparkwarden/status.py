@@ -102,10 +102,12 @@ def format_text(s: dict[str, Any]) -> str:
     if acc.get("available") is False:
         lines.append("acceptance:  no spec-decode metrics: trigger off")
     else:
+        health = acc.get("health")
         lines.append(
-            f"acceptance:  {_pct(acc.get('current'))} now, baseline "
-            f"{_pct(acc.get('baseline'))} ({acc.get('note') or '-'})"[:79]
+            f"acceptance:  {_pct(acc.get('current'))} now, baseline {_pct(acc.get('baseline'))}, "
+            f"health {'-' if health is None else f'{health:.2f}'}"
         )
+        lines.append(f"             {acc.get('note') or '-'}"[:79])
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"

@@ -154,6 +154,24 @@ class Bench:
             "unfiltered_median_ms": statistics.median(full),
         }
 
+    def shape(self) -> None:
+        """The healthy share of one window (the acceptance trigger's fit), k = 5 and k = 15."""
+        from sparkwarden.draftshape import healthy_share
+
+        drafts = 50_000.0
+        for k in (5, 15):
+            # A prose/math evening, a fifth of the drafts spoilt: a hard case for the fit.
+            accepted = [
+                drafts * 0.8 * sum(w * a * (0.8 * a) ** i for a, w in ((0.3, 0.6), (0.78, 0.4)))
+                for i in range(k)
+            ]
+            times = []
+            for _ in range(200):
+                t = time.perf_counter()
+                healthy_share(accepted, drafts)
+                times.append((time.perf_counter() - t) * 1000)
+            self.results[f"shape_k{k}_ms"] = spread(times)
+
     def status(self) -> None:
         """Wall time of the whole `sparkwarden status` process, daemon up and down."""
         llm, port = self.stage.llm("status-llm")
@@ -338,6 +356,16 @@ def report(results: dict[str, Any]) -> str:
             "<= 5",
             r["median"] <= 5,
         )
+    for k in (5, 15):
+        if f"shape_k{k}_ms" in results:
+            r = results[f"shape_k{k}_ms"]
+            add(
+                f"drafting health of a window, k={k}, ms",
+                r["median"],
+                f"p95 {r['p95']:.3g}",
+                "<= 5",
+                r["median"] <= 5,
+            )
     if "status_ms" in results:
         for key in ("daemon_up", "daemon_down"):
             r = results["status_ms"][key]
@@ -386,7 +414,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default="parse,status,crash,overhead,idle")
+    parser.add_argument("--only", default="parse,shape,status,crash,overhead,idle")
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=15)
@@ -395,6 +423,7 @@ def main() -> int:
     bench = Bench(args)
     steps: dict[str, Callable[[], None]] = {
         "parse": bench.parse,
+        "shape": bench.shape,
         "status": bench.status,
         "crash": bench.crash,
         "overhead": bench.overhead,

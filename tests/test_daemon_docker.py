@@ -304,9 +304,10 @@ def test_status_contract_with_and_without_the_daemon(stage: Stage, start_daemon:
     assert status["llm"]["uptime_s"] >= 0
     assert status["memory"]["total_gib"] > status["memory"]["available_gib"] > 0
     assert status["budget"] == {"used": 0, "limit": 3, "why": "ok"}
-    assert set(status["acceptance"]) >= {"current", "baseline"}
+    assert set(status["acceptance"]) >= {"current", "baseline", "health", "method", "note"}
     assert status["_exit"] == 0
     text = run_cli(daemon.config, "status")
+    assert "acceptance:  " in text.stdout and ", health " in text.stdout
     assert all(len(line) <= 80 for line in text.stdout.splitlines())
     assert "\x1b[" not in text.stdout
 

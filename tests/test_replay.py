@@ -128,7 +128,7 @@ def test_record_writes_one_flushed_line_per_scrape(
     assert len(rows) >= 4
     assert all(set(r) == {"t", "metrics"} for r in rows)
     assert "vllm:spec_decode_num_draft_tokens_total" in rows[-1]["metrics"]
-    assert "kv_cache_usage_perc" not in rows[-1]["metrics"]  # only what decisions read
+    assert "vllm:kv_cache_usage_perc" in rows[-1]["metrics"]  # long contexts are read from it
     assert rows[-1]["t"] > rows[0]["t"]
     replayed = run_cli(make_config([llm], port, []), "replay", str(out), "--json")
     assert json.loads(replayed.stdout)["fires"] == []

@@ -35,7 +35,7 @@ def healthy_share(accepted: Sequence[float], drafts: float) -> float | None:
 
     A position is read by what the hardest text would show there, not by what it did show: a
     collapsed drafter's empty deep positions are evidence, and are kept. Residuals are weighted
-    by 1/sqrt(rate), as counting noise is, floored at ``MIN_COUNT`` tokens. About 1 ms."""
+    by 1/sqrt(rate), as counting noise is, floored at ``MIN_COUNT`` tokens. About 0.2 ms."""
     floor = MIN_COUNT / drafts if drafts > 0 else math.inf
     read = [
         (i, n / drafts)
@@ -56,7 +56,7 @@ def nnls(columns: Sequence[Sequence[float]], y: Sequence[float]) -> list[float]:
     """Least squares with non-negative coefficients (Lawson and Hanson's active set).
 
     ``columns[j]`` is the j-th column. Hand-written because the problem is tiny (rows =
-    positions, 37 columns) and numpy + scipy would cost the daemon ~30 MiB for one call."""
+    positions, 13 columns) and numpy + scipy would cost the daemon ~30 MiB for one call."""
     n = len(columns)
     x = [0.0] * n
     passive: list[int] = []

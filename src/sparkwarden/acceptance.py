@@ -125,10 +125,7 @@ def observe(
     health = value / state.baseline_score
     baseline = state.baseline if state.baseline is not None else rate
     if method == "rate":
-        note = (
-            f"health {health:.2f}, acceptance {rate:.1%} vs {baseline:.1%} at baseline: watched, "
-            "not acted on (without per-position counters a harder workload looks like decay)"
-        )
+        note = "watched, not acted on: without per-position counters prose looks like decay"
         return replace(state, health=health, low_streak=0, note=note), None
     longer = (
         context / state.baseline_context if context is not None and state.baseline_context else None
@@ -140,10 +137,7 @@ def observe(
         streak = 0
     else:
         streak = state.low_streak
-    note = (
-        f"health {health:.2f}, acceptance {rate:.1%} vs {baseline:.1%} at baseline, "
-        f"{streak} low window(s) in a row"
-    )
+    note = f"{streak} low window(s) in a row"
     if long_context:
         note += f"; long contexts ({longer:.0f}x the baseline's KV cache per request): not counted"
     state = replace(state, health=health, low_streak=streak, note=note)

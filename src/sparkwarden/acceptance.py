@@ -72,6 +72,11 @@ def _reset(old: SpecDecode, new: SpecDecode) -> bool:
     return new.draft_tokens < old.draft_tokens or new.accepted < old.accepted
 
 
+def _rate(old: SpecDecode, new: SpecDecode) -> float:
+    """Acceptance between two scrapes: accepted over drafted tokens."""
+    return (new.accepted - old.accepted) / (new.draft_tokens - old.draft_tokens)
+
+
 def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method] | None:
     """A window's score: the healthy share of its drafting when the engine counts per position
     (None while too few drafts to read the shape), else its acceptance rate (``"rate"``: not
@@ -81,7 +86,7 @@ def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method] | None:
         accepted = [b - a for a, b in zip(old.per_pos, new.per_pos, strict=True)]
         share = healthy_share(accepted, drafts)
         return None if share is None else (share, "shape")
-    return (new.accepted - old.accepted) / (new.draft_tokens - old.draft_tokens), "rate"
+    return _rate(old, new), "rate"
 
 
 def observe(
@@ -115,7 +120,7 @@ def observe(
     value, method = scored
     context = state.context_sum / state.context_n if state.context_n else None
     state = replace(state, anchor_t=t, anchor=spec, available=True, context_sum=0.0, context_n=0)
-    rate = (spec.accepted - anchor.accepted) / drafted
+    rate = _rate(anchor, spec)
     state = replace(state, current=rate, method=method, windows=state.windows + 1)
     if state.engine_since is not None and t - state.engine_since < cfg.warmup:
         return replace(state, note="warming up after a start"), None
@@ -123,7 +128,8 @@ def observe(
         return _learn(state, anchor, spec, context, method, cfg), None
 
     health = value / state.baseline_score
-    baseline = state.baseline if state.baseline is not None else rate
+    baseline = state.baseline
+    assert baseline is not None  # learnt together with baseline_score
     if method == "rate":
         note = "watched, not acted on: without per-position counters prose looks like decay"
         return replace(state, health=health, low_streak=0, note=note), None
@@ -171,8 +177,7 @@ def _learn(
     assert pooled is not None  # it spans the windows just scored, so it reads at least as well
     return replace(
         state,
-        baseline=(spec.accepted - learn_from.accepted)
-        / (spec.draft_tokens - learn_from.draft_tokens),
+        baseline=_rate(learn_from, spec),
         baseline_score=pooled[0],
         baseline_context=statistics.median(contexts) if contexts else None,
         note=f"baseline learnt over {learnt} windows ({method})",

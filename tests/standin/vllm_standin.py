@@ -85,11 +85,11 @@ class Engine:
             self.drafts += drafts
             self.draft_tokens += drafts * self.args.k
             accepted_total = 0.0
-            spoiled = rate / self.args.acceptance if self.args.acceptance else 0.0
+            kept = rate / self.args.acceptance if self.args.acceptance else 0.0
             for pos in range(self.args.k):
                 # Later positions accept less: position i is reached only if i-1 was accepted.
                 # A decay spoils a share of the drafts outright: every position scales alike.
-                got = drafts * spoiled * self.args.acceptance ** (pos + 1)
+                got = drafts * kept * self.args.acceptance ** (pos + 1)
                 self.per_pos[pos] += got
                 accepted_total += got
             self.accepted += accepted_total

@@ -68,10 +68,6 @@ def test_defaults_fill_everything_but_the_two_required_keys() -> None:
         ({**MINIMAL, "voice": {"mode": "freeze"}}, "voice.mode"),
         ({**MINIMAL, "memory": {"start_min_available_gib": -1}}, "memory.start_min_available_gib"),
         ({**MINIMAL, "voice": {"containers": ["vllm-35b"]}}, "both llm and voice: vllm-35b"),
-        (
-            {**MINIMAL, "llm": {**MINIMAL["llm"], "api_key_file": "/nonexistent/key"}},
-            "llm.api_key_file",
-        ),
     ],
 )
 def test_errors_name_the_key(data: dict[str, object], names: str) -> None:
@@ -131,3 +127,51 @@ def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
         assert set(values) <= set(shipped[section]), f"[{section}] misses keys"
     for optional in ("api_key_file", "model", "timezone", "url_file", "events", "min_interval"):
         assert f"# {optional} = " in text
+
+
+def _secret_file(tmp_path: Path, mode: int, uid: int = 0) -> Path:
+    path = tmp_path / f"secret-{mode:o}-{uid}"
+    path.write_text("http://127.0.0.1:9/hook")
+    path.chmod(mode)
+    import os
+
+    os.chown(path, uid, 0)
+    return path
+
+
+def test_secrets_are_not_the_files_business_but_the_daemons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing key or unset url_env parses (status and history do not need them); the
+    problems are listed for the commands that do, naming the key."""
+    monkeypatch.delenv("SW_UNSET_HOOK", raising=False)
+    config = cfg.parse(
+        {
+            "llm": {**MINIMAL["llm"], "api_key_file": "/nonexistent/key"},
+            "notify": [{"url_env": "SW_UNSET_HOOK"}],
+        }
+    )
+    problems = cfg.secret_problems(config)
+    assert problems[0].startswith("llm.api_key_file: '/nonexistent/key' cannot be read")
+    assert problems[1] == "notify.0.url_env: $SW_UNSET_HOOK is not set"
+    with pytest.raises(ConfigError, match=r"config c\.toml: llm\.api_key_file: .*notify\.0"):
+        cfg.require_secrets(config, Path("c.toml"))
+    monkeypatch.setenv("SW_UNSET_HOOK", "gopher://x")
+    assert cfg.secret_problems(config)[1] == "notify.0: the URL it holds is not http:// or https://"
+
+
+@pytest.mark.parametrize(
+    ("mode", "uid", "refused"),
+    [(0o600, 0, False), (0o644, 0, False), (0o640, 1000, True), (0o666, 0, True), (0o620, 0, True)],
+)
+def test_a_secret_file_someone_else_can_write_is_refused_with_the_fix(
+    tmp_path: Path, mode: int, uid: int, refused: bool
+) -> None:
+    key = _secret_file(tmp_path, mode, uid)
+    config = cfg.parse(
+        {"llm": {**MINIMAL["llm"], "api_key_file": str(key)}, "notify": [{"url_file": str(key)}]}
+    )
+    problems = cfg.secret_problems(config)
+    assert len(problems) == (2 if refused else 0), problems
+    for problem in problems:
+        assert f"fix: chown root:root {key} && chmod 0600 {key}" in problem

@@ -296,10 +296,6 @@ BAD_FILES: list[tuple[str, str]] = [
         "llm.stop_timout: unknown key",
     ),
     (
-        '[llm]\ncontainers = ["a"]\nbase_url = "http://x:1"\napi_key_file = "/nope"\n',
-        "llm.api_key_file",
-    ),
-    (
         '[llm]\ncontainers = ["a"]\nbase_url = "http://x:1"\n[voice]\nmode = "freeze"\n',
         "voice.mode",
     ),
@@ -366,6 +362,25 @@ def test_bad_config_table_exits_2_naming_the_key_and_touches_nothing(
             assert names in result.stderr, (text, result.stderr)
             assert "Traceback" not in result.stderr
     assert stage.attrs(llm)["State"]["StartedAt"] == before  # no container was touched
+
+
+def test_a_missing_secret_stops_run_and_restart_but_not_the_readers(
+    make_config: Any, tmp_path: Path
+) -> None:
+    """The API key and notify URLs are the daemon's: status, history and check-config (a
+    warning) answer without them; run and restart refuse with exit 2 naming the key."""
+    path = make_config(
+        ["a"], 1, llm={"api_key_file": "/nope"}, notify=[{"url_env": "SW_NEVER_SET"}]
+    )
+    for command, code in (["run"], 2), (["restart"], 2), (["check-config"], 0):
+        result = run_cli(path, *command, timeout=30)
+        assert result.returncode == code, (command, result.stdout, result.stderr)
+        assert "llm.api_key_file: '/nope' cannot be read" in result.stderr
+        assert "notify.0.url_env: $SW_NEVER_SET is not set" in result.stderr
+        assert "Traceback" not in result.stderr
+    for command in (["status"], ["history"]):
+        result = run_cli(path, *command, timeout=30)
+        assert result.returncode != 2 and result.stderr == "", (command, result.stderr)
 
 
 _values = st.one_of(

@@ -146,15 +146,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sparkwarden: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    source = config_mod.resolve_path(args.config)
     try:
         if args.command == "check-config":
             from sparkwarden.actions import check_config
 
-            return check_config.run(config, config_mod.resolve_path(args.config))
+            return check_config.run(config, source)
+        if args.command in ("run", "record"):  # they read the secrets; status and history do not
+            config_mod.require_secrets(config, source)
         if args.command == "restart":
             from sparkwarden.actions import restart
 
-            return restart.run(config, reason=args.reason, dry_run=args.dry_run)
+            return restart.run(config, source, reason=args.reason, dry_run=args.dry_run)
         if args.command == "history":
             from sparkwarden.actions import history
 
@@ -186,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "hold":
                 request.update(seconds=args.duration, reason=args.reason)
             return admin.run(config, request)
+    except ConfigError as exc:  # a secret the command needs is missing: nothing was touched
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SparkwardenError as exc:
         print(f"sparkwarden: {exc}", file=sys.stderr)
         return EXIT_FAILED

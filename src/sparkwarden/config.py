@@ -112,13 +112,6 @@ class LlmConfig(_Section):
             raise ValueError(f"{url!r} is not an http:// or https:// URL")
         return url.rstrip("/")
 
-    @field_validator("api_key_file")
-    @classmethod
-    def _readable(cls, path: Path | None) -> Path | None:
-        if path is not None and not os.access(path, os.R_OK):
-            raise ValueError(f"{str(path)!r} does not exist or is not readable")
-        return path
-
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
         if self.api_key_file is None:
@@ -267,12 +260,6 @@ class NotifyTarget(_Section):
     def _one_source(self) -> NotifyTarget:
         if (self.url_file is None) == (self.url_env is None):
             raise ValueError("give exactly one of url_file or url_env")
-        if self.url_file is not None and not os.access(self.url_file, os.R_OK):
-            raise ValueError(f"url_file {str(self.url_file)!r} is not readable")
-        if self.url_env is not None and not os.environ.get(self.url_env):
-            raise ValueError(f"url_env: ${self.url_env} is not set")
-        if not re.fullmatch(r"https?://\S+", self.url()):
-            raise ValueError("the URL it holds is not http:// or https://")
         return self
 
     def url(self) -> str:
@@ -321,6 +308,62 @@ class Config(_Section):
         return self
 
 
+def secret_file_problem(path: Path) -> str | None:
+    """Why root must not read a secret from ``path``: missing, unreadable, or in other hands.
+
+    A key or URL file another user can write lets that user point root's requests anywhere
+    (a webhook URL) or swap the key, so only a root-owned file no one else may write is taken.
+    """
+    try:
+        info = path.stat()
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"{str(path)!r} cannot be read: {exc.strerror or exc}"
+    if info.st_uid != 0 or info.st_mode & 0o022:
+        who = f"uid {info.st_uid}" if info.st_uid != 0 else "root"
+        return (
+            f"{str(path)!r} is owned by {who} with mode {info.st_mode & 0o777:04o}: only a file "
+            f"owned by root and writable by no one else is trusted "
+            f"(fix: chown root:root {path} && chmod 0600 {path})"
+        )
+    return None
+
+
+def secret_problems(config: Config) -> list[str]:
+    """What the daemon and a sequence need beyond the file itself: the secrets they read.
+
+    Checked by the commands that use them (``run``, ``restart``, ``record``) and shown as
+    warnings by ``check-config``; never by the commands that only read state (``status``,
+    ``history``, ``doctor``), so an operator in the group is not refused over root's secrets.
+    """
+    problems: list[str] = []
+    if config.llm.api_key_file is not None:
+        problem = secret_file_problem(config.llm.api_key_file)
+        if problem:
+            problems.append(f"llm.api_key_file: {problem}")
+    for index, target in enumerate(config.notify):
+        key = f"notify.{index}"
+        if target.url_file is not None:
+            problem = secret_file_problem(target.url_file)
+            if problem:
+                problems.append(f"{key}.url_file: {problem}")
+                continue
+        elif not os.environ.get(target.url_env or ""):
+            problems.append(f"{key}.url_env: ${target.url_env} is not set")
+            continue
+        if not re.fullmatch(r"https?://\S+", target.url()):
+            problems.append(f"{key}: the URL it holds is not http:// or https://")
+    return problems
+
+
+def require_secrets(config: Config, source: Path) -> None:
+    """Raise :class:`ConfigError` (exit 2, nothing touched) when a secret is not usable."""
+    problems = secret_problems(config)
+    if problems:
+        raise ConfigError(f"config {source}: " + "; ".join(problems))
+
+
 def resolve_path(explicit: str | Path | None) -> Path:
     """``--config`` wins, then ``$SPARKWARDEN_CONFIG``, then the system path."""
     if explicit:
@@ -334,6 +377,11 @@ def load(explicit: str | Path | None = None) -> Config:
     path = resolve_path(explicit)
     try:
         raw = path.read_bytes()
+    except PermissionError as exc:
+        raise ConfigError(
+            f"config {path}: cannot read: {exc.strerror} (for root and {_group_of(path)}: "
+            "run as root, or ask root to add you to that group)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -343,6 +391,18 @@ def load(explicit: str | Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
     return parse(data, source=str(path))
+
+
+def _group_of(path: Path) -> str:
+    """The group that may read ``path``, in words, for a refusal an operator can act on."""
+    import grp
+
+    for candidate in (path, path.parent):  # the file cannot be stat()ed past a closed dir
+        try:
+            return f"group {grp.getgrgid(candidate.stat().st_gid).gr_name!r}"
+        except (OSError, KeyError):
+            continue
+    return "its group"
 
 
 def parse(data: dict[str, Any], source: str = "config") -> Config:

@@ -37,6 +37,7 @@ from sparkwarden.control import (
     ResetRequest,
     RestartRequest,
     StatusRequest,
+    group_id,
 )
 from sparkwarden.errors import LockBusy, SparkwardenError
 from sparkwarden.journal import Journal
@@ -168,6 +169,9 @@ class Daemon:
             log.error("already_running", lock=str(self.daemon_lock.path))
             print(f"sparkwarden: another daemon is running ({self.daemon_lock.held_by_other()})")
             return 1
+        gid = group_id(self.config.control.group)
+        if gid is not None:  # members read the last snapshot when the daemon is down
+            status_mod.share(self.config.state.dir, gid)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self.watchdog.start()

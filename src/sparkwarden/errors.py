@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: The fix for a user refused a file of root's: the socket's group may read what it needs.
+MEMBERS_ONLY = "run as root, or ask root to add you to the control group"
+
 
 class SparkwardenError(Exception):
     """Base of every error sparkwarden reports to an operator."""

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkwarden.errors import SparkwardenError
+from sparkwarden.errors import MEMBERS_ONLY, SparkwardenError
 
 RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
 StepResult = Literal["ok", "failed", "skipped", "running"]
@@ -121,6 +121,19 @@ class Journal:
             raise SparkwardenError(f"cannot create the state dir {state_dir}") from None
         self.path = state_dir / "journal.sqlite3"
         self._clock = clock
+        if self._theirs():
+            # A member of the control group reading root's journal (history): read only.
+            try:
+                self._db = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, timeout=30.0, isolation_level=None
+                )
+                self._db.row_factory = sqlite3.Row
+                self._db.execute("SELECT 1 FROM runs LIMIT 1")
+            except sqlite3.Error as exc:
+                raise SparkwardenError(
+                    f"cannot read the journal {self.path}: {exc} ({MEMBERS_ONLY})"
+                ) from None
+            return
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.row_factory = sqlite3.Row
@@ -128,9 +141,20 @@ class Journal:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             os.chmod(self.path, 0o640)
+            os.chown(self.path, -1, state_dir.stat().st_gid)  # the dir's group reads it
         except (sqlite3.Error, PermissionError) as exc:
             raise SparkwardenError(
                 f"cannot open the journal {self.path}: {exc} (it is root's: run as root)"
+            ) from None
+
+    def _theirs(self) -> bool:
+        try:
+            return self.path.stat().st_uid != os.geteuid()
+        except FileNotFoundError:
+            return False
+        except PermissionError:
+            raise SparkwardenError(
+                f"cannot read the journal {self.path}: permission denied ({MEMBERS_ONLY})"
             ) from None
 
     @contextmanager

@@ -6,12 +6,15 @@ status still answers, from that file, when the daemon is down, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from sparkwarden.errors import MEMBERS_ONLY, SparkwardenError
 
 STATUS_FILE = "status.json"
 
@@ -29,15 +32,30 @@ def write_atomic(path: Path, snapshot: dict[str, Any]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o640)
+        with contextlib.suppress(PermissionError):  # root's daemon: the dir's group reads it
+            os.chown(tmp, -1, path.parent.stat().st_gid)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def share(state_dir: Path, gid: int) -> None:
+    """Give the state dir and what is in it to group ``gid`` (dir 0750, files 0640: read only),
+    so a member's ``status`` reads the last snapshot when the daemon is down."""
+    for path in (state_dir, *state_dir.iterdir()):
+        if path.stat().st_gid != gid:
+            os.chown(path, -1, gid)
+
+
 def read(path: Path) -> dict[str, Any] | None:
+    """The snapshot, or None when there is none yet; a file we may not read is an error."""
     try:
         data: dict[str, Any] = json.loads(path.read_text())
+    except PermissionError as exc:
+        raise SparkwardenError(
+            f"cannot read the last snapshot {path}: {exc.strerror} ({MEMBERS_ONLY})"
+        ) from None
     except (OSError, ValueError):
         return None
     return data

@@ -20,7 +20,14 @@ from sparkwarden.errors import SparkwardenError
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
 PACKAGED_EXEC = "/usr/local/bin/sparkwarden"
+#: On the default PATH of every user, a non-interactive SSH session's included: the bare name
+#: ``sparkwarden`` reaches this installation (``ssh spark sparkwarden status``).
+LINK = Path(PACKAGED_EXEC)
 GROUP = "sparkwarden"
+#: How README installs it; the ProtectHome refusal says the same.
+README_INSTALL = (
+    "python3 -m venv /opt/sparkwarden && /opt/sparkwarden/bin/pip install ./sparkwarden"
+)
 
 
 def packaged(name: str) -> str:
@@ -36,8 +43,8 @@ def executable() -> str:
             continue
         raise SparkwardenError(
             f"sparkwarden runs from {real.parent}, which the unit's ProtectHome=yes "
-            "hides: install it in /opt (python3 -m venv /opt/sparkwarden && "
-            "/opt/sparkwarden/bin/pip install sparkwarden) and run install-service from there"
+            f"hides: install it in /opt from the checkout ({README_INSTALL}) and run "
+            "/opt/sparkwarden/bin/sparkwarden install-service"
         )
     return command
 
@@ -77,6 +84,37 @@ def _group_id() -> int | None:
         return None
 
 
+def _link(link: Path, exec_path: str) -> None:
+    """Put the bare name on every user's PATH; a different ``sparkwarden`` there is kept."""
+    target = Path(exec_path)
+    if not target.is_absolute():  # started as ``python -m sparkwarden``: nothing to link to
+        _say(f"not linking {link}: this installation has no sparkwarden executable")
+        return
+    if link == target:
+        return
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        _say(f"keeping {link} -> {target}")
+        return
+    if link.exists() or link.is_symlink():
+        what = f"a link to {os.readlink(link)}" if link.is_symlink() else "a file"
+        _say(
+            f"WARNING: keeping {link}, {what}, not this installation: the bare name "
+            f"'sparkwarden' runs that one (remove it, then install-service links {target})"
+        )
+        return
+    _say(f"linking {link} -> {target} (the bare name 'sparkwarden' for every user and SSH)")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+
+
+def _exec_start(unit: Path) -> Path | None:
+    """The executable an installed unit starts: what install-service linked, if anything."""
+    for line in unit.read_text().splitlines() if unit.exists() else []:
+        if line.startswith("ExecStart="):
+            return Path(line.removeprefix("ExecStart=").split()[0])
+    return None
+
+
 def install(root: Path | None, start: bool) -> int:
     """Put the unit and a config in place; enable and start the unit (unless ``root``)."""
     live = root is None
@@ -92,6 +130,8 @@ def install(root: Path | None, start: bool) -> int:
     exec_path = executable()
     _say(f"writing {unit} (ExecStart={exec_path} ...)")
     _write(unit, render_unit(exec_path), 0o644)
+
+    _link(base / LINK.relative_to("/"), exec_path)
 
     config = base / DEFAULT_PATH.relative_to("/")
     if config.exists():
@@ -128,6 +168,10 @@ def uninstall(root: Path | None, purge: bool) -> int:
     unit = base / UNIT_DIR.relative_to("/") / UNIT_NAME
     if live:
         _run("systemctl", "disable", "--now", UNIT_NAME)
+    link, linked = base / LINK.relative_to("/"), _exec_start(unit)
+    if link.is_symlink() and linked is not None and Path(os.readlink(link)) == linked:
+        _say(f"removing {link} (it links to {linked})")
+        link.unlink()
     if unit.exists():
         _say(f"removing {unit}")
         unit.unlink()

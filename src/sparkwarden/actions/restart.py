@@ -8,9 +8,10 @@ same lock.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from sparkwarden import control, sequence
-from sparkwarden.config import Config
+from sparkwarden.config import Config, require_secrets
 from sparkwarden.errors import SparkwardenError
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
@@ -30,12 +31,13 @@ def _print_step(event: StepEvent) -> None:
     print(_line(event.index, event.name, event.result, event.duration_s, event.summary), flush=True)
 
 
-def run(config: Config, reason: str, dry_run: bool) -> int:
+def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
     if not dry_run:
         try:
             return _through_daemon(config, reason)
         except control.DaemonUnavailable:
             pass
+    require_secrets(config, source)  # run here, the sequence reads the API key itself
     parts = Parts.from_config(config)
     try:
         if dry_run:

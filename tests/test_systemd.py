@@ -8,7 +8,9 @@ socket, and reaches their ports on 127.0.0.1 through the host network.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -24,9 +26,10 @@ import docker.errors
 import pytest
 import tomli_w
 
+from sparkwarden.actions.install import README_INSTALL
 from tests.conftest import ROOT
 from tests.daemonkit import wait_for
-from tests.standin.stage import Stage, wait_healthy
+from tests.standin.stage import Stage, free_port, wait_healthy
 
 pytestmark = pytest.mark.docker
 
@@ -36,6 +39,19 @@ ROOTFS = CACHE / "rootfs-bookworm"
 PACKAGES = "systemd,systemd-sysv,dbus,python3,python3-venv,passwd,util-linux"
 UNIT = ROOT / "packaging" / "systemd" / "sparkwarden.service"
 BIN = "/opt/sparkwarden/bin/sparkwarden"
+#: Debian's OpenSSH, for `ssh spark sparkwarden status` exactly as README says. Installed into a
+#: derived image (the shared rootfs and IMAGE stay as they are), named by a hash of its inputs.
+SSH_PACKAGES = "openssh-server openssh-client"
+SSH_BUILD = (
+    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+    f"--no-install-recommends {SSH_PACKAGES} >/dev/null && rm -rf /var/lib/apt/lists/* && "
+    # Started by the test on a port of its own: the box shares the host's network.
+    "systemctl disable ssh.service"
+)
+
+
+#: What `pip install ./sparkwarden` needs to build the checkout (pyproject's build-system).
+BUILD = ("setuptools>=68", "wheel")
 
 
 def build_rootfs() -> Path:
@@ -95,11 +111,34 @@ def image(docker_client: docker.DockerClient, rootfs: Path) -> str:
 
 
 @pytest.fixture(scope="module")
+def ssh_image(docker_client: docker.DockerClient, image: str) -> str:
+    """IMAGE plus OpenSSH, built once per base image and recipe (about a minute)."""
+    base = docker_client.images.get(image).id
+    tag = f"sparkwarden-systemd-ssh:{hashlib.sha256((base + SSH_BUILD).encode()).hexdigest()[:12]}"
+    try:
+        docker_client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    builder = docker_client.containers.run(
+        image, ["/bin/sh", "-c", SSH_BUILD], detach=True, network_mode="host"
+    )
+    try:
+        result = builder.wait(timeout=600)
+        assert result["StatusCode"] == 0, builder.logs().decode(errors="replace")
+        builder.commit(*tag.split(":"), changes=['CMD ["/lib/systemd/systemd"]'])
+    finally:
+        builder.remove(force=True)
+    return tag
+
+
+@pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """sparkwarden and everything it needs, as wheels for the container's Python 3.11."""
     out = tmp_path_factory.mktemp("wheels")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(ROOT)],
+        # setuptools and wheel too: README's install builds this checkout inside the box.
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(ROOT), *BUILD],
         check=True,
         capture_output=True,
         timeout=600,
@@ -150,16 +189,20 @@ class Box:
 
     def __init__(self, container: Any) -> None:
         self.container = container
+        self.ran: list[str] = []  # every command, to check README's against
 
-    def sh(self, command: str, user: str = "root") -> tuple[int, str]:
+    def sh(
+        self, command: str, user: str = "root", env: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        self.ran.append(command)
         argv = ["/bin/sh", "-c", command]
         if user != "root":
             argv = ["runuser", "-u", user, "--", *argv]
-        code, out = self.container.exec_run(argv, demux=False)
+        code, out = self.container.exec_run(argv, demux=False, environment=env, workdir="/root")
         return int(code), out.decode(errors="replace")
 
-    def ok(self, command: str, user: str = "root") -> str:
-        code, out = self.sh(command, user)
+    def ok(self, command: str, user: str = "root", env: dict[str, str] | None = None) -> str:
+        code, out = self.sh(command, user, env)
         assert code == 0, f"{command!r} exited {code}:\n{out}"
         return out
 
@@ -173,16 +216,32 @@ class Box:
         self.ok(f"mkdir -p {Path(path).parent}")
         self.container.put_archive(str(Path(path).parent), buffer.getvalue())
 
+    def put_checkout(self, where: str) -> None:
+        """This checkout's sources (what `git clone` gives), as ``where``/sparkwarden."""
+        skip = {".git", ".venv", "build", "dist", "__pycache__", ".mypy_cache", ".ruff_cache"}
+        skip |= {".pytest_cache", ".hypothesis", "results"}
+
+        def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            parts = Path(info.name).parts
+            if skip & set(parts) or any(p.endswith(".egg-info") for p in parts):
+                return None
+            return info
+
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            tar.add(ROOT, arcname="sparkwarden", filter=keep)
+        self.container.put_archive(where, buffer.getvalue())
+
     def show(self, prop: str) -> str:
         return self.ok(f"systemctl show -p {prop} --value sparkwarden").strip()
 
 
 @pytest.fixture(scope="module")
-def box(docker_client: docker.DockerClient, image: str, wheels: Path) -> Iterator[Box]:
+def box(docker_client: docker.DockerClient, ssh_image: str, wheels: Path) -> Iterator[Box]:
     stage = Stage(docker_client)
     name = f"{stage.prefix}-systemd"
     container = docker_client.containers.run(
-        image,
+        ssh_image,
         name=name,
         detach=True,
         network_mode="host",
@@ -204,10 +263,9 @@ def box(docker_client: docker.DockerClient, image: str, wheels: Path) -> Iterato
         )
         # Docker mounts /proc/sys read-only in containers; on a real host it is writable.
         box.ok("mount -o remount,rw,bind /proc/sys")
-        box.ok(
-            "python3 -m venv /opt/sparkwarden && /opt/sparkwarden/bin/pip install -q "
-            "--no-index --find-links /wheels sparkwarden"
-        )
+        box.put_checkout("/root")
+        # README's install line as written; pip finds the wheels built here through PIP_*.
+        box.ok(README_INSTALL, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/wheels"})
         llm, port = stage.llm("llm")
         stt = stage.voice("stt")
         wait_healthy(port)
@@ -240,6 +298,7 @@ def test_install_service_starts_it_only_after_ready(box: Box) -> None:
     began = time.monotonic()
     out = box.ok(f"{BIN} install-service")
     assert "keeping the existing /etc/sparkwarden/sparkwarden.toml" in out
+    assert f"linking /usr/local/bin/sparkwarden -> {BIN}" in out
     assert box.ok("cat /etc/sparkwarden/sparkwarden.toml") == before  # never overwritten
     # systemctl start (inside enable --now) returns once READY=1 came: already active.
     assert box.show("ActiveState") == "active", box.sh("journalctl -u sparkwarden -o cat")[1]
@@ -250,6 +309,10 @@ def test_install_service_starts_it_only_after_ready(box: Box) -> None:
     assert f"ExecStart={BIN} --config /etc/sparkwarden/sparkwarden.toml run" in unit
     code, out = box.sh("systemd-analyze verify /etc/systemd/system/sparkwarden.service")
     assert code == 0 and out == "", out
+    # README's next words, the bare name now on every user's PATH.
+    assert "valid. Effective configuration" in box.ok("sparkwarden check-config")
+    box.ok("systemctl restart sparkwarden")
+    assert "active (running)" in box.ok("systemctl status sparkwarden")
 
 
 def test_status_text_reaches_systemd_and_status_answers(box: Box) -> None:
@@ -263,7 +326,8 @@ def test_status_text_reaches_systemd_and_status_answers(box: Box) -> None:
 
 
 def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box) -> None:
-    box.ok("useradd -M -G sparkwarden alice && useradd -M bob")
+    box.ok("useradd -m -s /bin/bash alice && useradd -m -s /bin/bash bob")
+    box.ok("usermod -aG sparkwarden alice")  # README's words
     out = box.ok(f"{BIN} restart", user="alice")
     assert "by the daemon" in out and "[8/8] resume_voice" in out and "ok:" in out
     runs = box.ok(f"{BIN} history --json")
@@ -274,6 +338,50 @@ def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box)
     assert code == 1 and "not allowed to use /run/sparkwarden/control.sock" in out
     code, out = box.sh(f"{BIN} status", user="bob")  # the real config is not his to read
     assert code == 2 and "Permission denied" in out
+
+
+def test_ssh_spark_sparkwarden_status_as_readme_says(box: Box) -> None:
+    """A real sshd on loopback, key auth: a non-interactive session has the default PATH."""
+    port = free_port()
+    box.put(
+        "/etc/ssh/sshd_config.d/test.conf",
+        f"Port {port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n",
+    )
+    box.ok("systemctl start ssh.service")
+    box.ok("mkdir -p -m 700 /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519")
+    for user in ("alice", "bob"):
+        home = f"/home/{user}/.ssh"
+        box.ok(f"install -d -m 700 -o {user} -g {user} {home}")
+        box.ok(
+            f"install -m 600 -o {user} -g {user} /root/.ssh/id_ed25519.pub {home}/authorized_keys"
+        )
+    box.put(
+        "/root/.ssh/config",
+        f"Host spark\n  HostName 127.0.0.1\n  Port {port}\n  User alice\n  BatchMode yes\n"
+        "  StrictHostKeyChecking accept-new\n  LogLevel ERROR\n",
+        0o600,
+    )
+    code, out = box.sh("ssh spark sparkwarden status")
+    assert code == 0, out
+    assert out.startswith("sparkwarden: running (pid ") and box.llm in out  # type: ignore[attr-defined]
+    assert "\x1b" not in out and max(len(line) for line in out.splitlines()) <= 80, out
+    code, out = box.sh("ssh spark sparkwarden status --json")
+    assert code == 0, out
+    snapshot = json.loads(out)
+    assert snapshot["daemon"]["running"] and snapshot["llm"]["status"] == "running"
+    assert "reason" in box.ok("ssh spark sparkwarden history")  # the journal, read as alice
+
+    code, out = box.sh("ssh bob@spark sparkwarden status")
+    assert code == 2 and "Traceback" not in out, out
+    assert "cannot read: Permission denied" in out and "group 'sparkwarden'" in out, out
+
+    box.ok("systemctl stop sparkwarden")
+    try:
+        code, out = box.sh("ssh spark sparkwarden status")
+        assert code == 3, out  # the last snapshot, sound: README's exit 3
+        assert out.startswith("sparkwarden: NOT RUNNING; last known state from 20"), out
+    finally:
+        box.ok("systemctl start sparkwarden")
 
 
 def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None:
@@ -303,5 +411,21 @@ def test_systemctl_stop_ends_it_cleanly_and_uninstall_removes_it(box: Box) -> No
     assert '"event": "stopped"' in box.ok("journalctl -u sparkwarden -o cat")
     out = box.ok(f"{BIN} uninstall-service")
     assert "kept /etc/sparkwarden" in out
+    assert "removing /usr/local/bin/sparkwarden" in out
     assert box.sh("test -e /etc/systemd/system/sparkwarden.service")[0] == 1
+    assert box.sh("test -e /usr/local/bin/sparkwarden")[0] == 1
     assert box.sh("test -e /etc/sparkwarden/sparkwarden.toml")[0] == 0
+
+
+def test_every_command_readme_gives_for_the_install_was_run_as_written(box: Box) -> None:
+    """README's install section, line by line: each command in its code blocks ran here."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Install on a Spark", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```sh\n")[1:]
+    commands = [
+        line.split("  #", 1)[0].strip()
+        for block in blocks
+        for line in block.split("```", 1)[0].splitlines()
+    ]
+    assert len(commands) >= 6
+    assert [c for c in commands if c not in box.ran] == []

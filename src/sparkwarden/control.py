@@ -3,6 +3,11 @@
 Only root and members of the configured group may talk to it: the socket file is root-owned with
 mode 0660, and each peer's credentials (``SO_PEERCRED``) are checked again. Requests are size-
 limited and schema-checked; a malformed one gets an error answer, never a crash.
+
+A member is trusted with five verbs, not with the daemon: connections are capped per user and in
+all (root keeps a reserve of its own), a request must arrive whole within one deadline, the
+accept loop outlives running out of files or threads, and whatever a member sends that is
+printed or recorded holds no control characters.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import pwd
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +34,19 @@ from sparkwarden.errors import SparkwardenError
 log = logs.get("sparkwarden.control")
 
 MAX_REQUEST = 4096
+#: Seconds for a whole request to arrive (not per ``recv``: a byte every few seconds is refused).
+REQUEST_DEADLINE = 5.0
+#: Seconds one line of an answer may wait for a reader that does not read.
+SEND_TIMEOUT = 60.0
+#: Connections served at once from one user that is not root, and from all users but root.
+PER_USER = 8
+MAX_CONNECTIONS = 64
+#: Root's own reserve above MAX_CONNECTIONS: members together cannot lock root out.
+ROOT_RESERVE = 8
+#: Back-off of the accept loop when the process is out of files or threads.
+BACKOFF_MIN, BACKOFF_MAX = 0.05, 2.0
+#: No C0/C1 control characters: a reason or a note is printed on root's terminal.
+INERT = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 class _Request(BaseModel):
@@ -39,14 +58,19 @@ class StatusRequest(_Request):
 
 
 class RestartRequest(_Request):
+    """Always an operator's run: ``manual`` or ``manual:<text>``, never a trigger's reason (a
+    member naming it ``crash`` would spend the budget and forge the record)."""
+
     cmd: Literal["restart"]
-    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")] = "manual"
+    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^manual(:[\w.:-]+)?$")] = (
+        "manual"
+    )
 
 
 class HoldRequest(_Request):
     cmd: Literal["hold"]
     seconds: Annotated[float, Field(gt=0, le=30 * 86400)]
-    reason: Annotated[str, Field(max_length=200)] = ""
+    reason: Annotated[str, Field(max_length=200, pattern=INERT)] = ""
 
 
 class ReleaseRequest(_Request):
@@ -71,6 +95,11 @@ Request = Annotated[
 _REQUEST = TypeAdapter(Request)
 
 
+def manual_reason(text: str) -> str:
+    """The reason a restart asked for through the socket is recorded under."""
+    return text if text == "manual" or text.startswith("manual:") else f"manual:{text}"
+
+
 def parse_request(payload: dict[str, Any]) -> Any:
     """Validate a request built by the CLI, the same way the daemon does."""
     return _REQUEST.validate_python(payload)
@@ -78,6 +107,11 @@ def parse_request(payload: dict[str, Any]) -> Any:
 
 class DaemonUnavailable(SparkwardenError):
     """No daemon listens on the socket: the caller acts on its own."""
+
+
+class DaemonNotAnswering(SparkwardenError):
+    """A daemon may be there but did not answer (busy, out of files, too slow): ``status``
+    reads the last snapshot instead; a command that changes things says so and stops."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +157,35 @@ Answer = dict[str, Any] | Iterator[dict[str, Any]]
 Handler = Callable[[Any, Peer], Answer]
 
 
+@dataclass
+class Admission:
+    """Who is being served now: caps per user and in all, with a reserve for root. Pure."""
+
+    per_user: int = PER_USER
+    total: int = MAX_CONNECTIONS
+    root_reserve: int = ROOT_RESERVE
+    serving: dict[int, int] = field(default_factory=dict)
+
+    def admit(self, uid: int) -> str | None:
+        """Take a slot for ``uid``, or say why not."""
+        busy = sum(self.serving.values())
+        members = busy - self.serving.get(0, 0)
+        if uid == 0:
+            if busy >= self.total + self.root_reserve:
+                return f"{busy} connections are being served; try again"
+        elif self.serving.get(uid, 0) >= self.per_user:
+            return f"uid {uid} already has {self.per_user} connections open"
+        elif members >= self.total:
+            return f"{members} connections are being served; try again"
+        self.serving[uid] = self.serving.get(uid, 0) + 1
+        return None
+
+    def leave(self, uid: int) -> None:
+        self.serving[uid] -= 1
+        if not self.serving[uid]:
+            del self.serving[uid]
+
+
 class ControlServer:
     def __init__(self, path: Path, group: str | None, handler: Handler) -> None:
         self.path = path
@@ -130,6 +193,8 @@ class ControlServer:
         self._handler = handler
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
+        self._admission = Admission()
+        self._admission_lock = threading.Lock()
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -153,43 +218,95 @@ class ControlServer:
         threading.Thread(target=self._accept, name="control", daemon=True).start()
 
     def _accept(self) -> None:
+        """Accept until stopped. Running out of files (EMFILE) or threads is a pause with
+        back-off, never the end of the loop: the socket must answer root again afterwards.
+        Admission is decided here, so a flood never costs more than its capped threads."""
         assert self._sock is not None
+        backoff = BACKOFF_MIN
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(5.0)
+            except OSError as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("control_accept_failed", error=str(exc), retry_in=backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
             try:
-                peer = peer_of(conn)
-                if not allowed(peer, self.group):
-                    log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
-                    _send(
-                        conn,
-                        {
-                            "ok": False,
-                            "error": f"uid {peer.uid} may not control "
-                            f"sparkwarden (not root, not in group {self.group})",
-                        },
-                    )
-                    return
-                answer = self._answer(_receive(conn), peer)
-            except (OSError, TimeoutError) as exc:
-                log.warning("control_io_error", error=str(exc))
+                self._admit(conn)
+            except RuntimeError as exc:  # can't start new thread: TasksMax, memory
+                log.warning("control_thread_failed", error=str(exc), retry_in=backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            backoff = BACKOFF_MIN
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Serve ``conn`` on a thread of its own if its user has a slot, else say busy."""
+        try:
+            peer = peer_of(conn)
+        except OSError:
+            conn.close()
+            return
+        with self._admission_lock:
+            full = self._admission.admit(peer.uid)
+        if full:
+            log.warning("control_busy", uid=peer.uid, pid=peer.pid, why=full)
+            with conn, contextlib.suppress(OSError):
+                conn.setblocking(False)  # a small answer into an empty buffer, or nothing
+                _send(conn, {"ok": False, "error": f"the daemon is busy: {full}"})
+            return
+        try:
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
+        except BaseException:
+            self._leave(peer)
+            conn.close()
+            raise
+
+    def serving(self) -> dict[int, int]:
+        """Connections being served now, by uid."""
+        with self._admission_lock:
+            return dict(self._admission.serving)
+
+    def _leave(self, peer: Peer) -> None:
+        with self._admission_lock:
+            self._admission.leave(peer.uid)
+
+    def _serve(self, conn: socket.socket, peer: Peer) -> None:
+        try:
+            with conn:
+                self._serve_admitted(conn, peer)
+        finally:
+            self._leave(peer)
+
+    def _serve_admitted(self, conn: socket.socket, peer: Peer) -> None:
+        try:
+            if not allowed(peer, self.group):
+                log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
+                conn.settimeout(REQUEST_DEADLINE)
+                _send(
+                    conn,
+                    {
+                        "ok": False,
+                        "error": f"uid {peer.uid} may not control "
+                        f"sparkwarden (not root, not in group {self.group})",
+                    },
+                )
                 return
-            with contextlib.suppress(OSError):
-                if isinstance(answer, dict):
-                    _send(conn, answer)
-                    return
-                conn.settimeout(None)  # a streamed run: one line per step, for minutes
-                for line in answer:
-                    _send(conn, line)
+            answer = self._answer(_receive(conn, time.monotonic() + REQUEST_DEADLINE), peer)
+        except (OSError, TimeoutError) as exc:
+            log.warning("control_io_error", uid=peer.uid, error=str(exc))
+            return
+        with contextlib.suppress(OSError):
+            conn.settimeout(SEND_TIMEOUT)  # a streamed run sends a line per step, for minutes
+            if isinstance(answer, dict):
+                _send(conn, answer)
+                return
+            for line in answer:
+                _send(conn, line)
 
     def _answer(self, raw: bytes | None, peer: Peer) -> Answer:
         if raw is None:
@@ -215,9 +332,14 @@ class ControlServer:
                 self.path.unlink()
 
 
-def _receive(conn: socket.socket) -> bytes | None:
+def _receive(conn: socket.socket, deadline: float) -> bytes | None:
+    """One request line, whole by ``deadline`` (monotonic) or :class:`TimeoutError`."""
     data = b""
     while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no whole request within {REQUEST_DEADLINE:g}s")
+        conn.settimeout(left)
         chunk = conn.recv(1024)
         if not chunk:
             break
@@ -236,7 +358,10 @@ def stream(
 ) -> Iterator[dict[str, Any]]:
     """Ask the daemon and yield each JSON line it answers; :class:`DaemonUnavailable` when none
     listens. ``timeout`` bounds each wait for a line (None: a streamed run may take minutes)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:  # out of files ourselves
+        raise DaemonNotAnswering(f"cannot open a socket: {exc.strerror or exc}") from None
     sock.settimeout(10.0)
     try:
         try:
@@ -247,22 +372,29 @@ def stream(
             raise SparkwardenError(
                 f"not allowed to use {path}: run as root or join its group"
             ) from None
-        _send(sock, payload)
-        sock.settimeout(timeout)
-        lines = sock.makefile("rb")
+        except OSError as exc:  # EAGAIN: its backlog is full; a timeout
+            raise DaemonNotAnswering(f"{path}: {exc.strerror or exc}") from None
+        try:
+            _send(sock, payload)
+            sock.settimeout(timeout)
+            lines = sock.makefile("rb")
+        except OSError as exc:
+            raise DaemonNotAnswering(f"{path}: {exc.strerror or exc}") from None
         while True:
             try:
                 raw = lines.readline()
             except TimeoutError:
-                raise SparkwardenError(
+                raise DaemonNotAnswering(
                     f"the daemon did not answer on {path} within {timeout:g}s"
                 ) from None
+            except OSError as exc:
+                raise DaemonNotAnswering(f"{path}: {exc.strerror or exc}") from None
             if not raw:
                 return
             try:
                 yield json.loads(raw)
             except ValueError:
-                raise SparkwardenError(f"the daemon's answer on {path} is not JSON") from None
+                raise DaemonNotAnswering(f"the daemon's answer on {path} is not JSON") from None
     finally:
         sock.close()
 
@@ -271,4 +403,4 @@ def call(path: Path, payload: dict[str, Any], timeout: float = 10.0) -> dict[str
     """Ask the daemon for one answer; :class:`DaemonUnavailable` when none listens."""
     for answer in stream(path, payload, timeout):
         return answer
-    raise SparkwardenError(f"the daemon closed {path} without an answer")
+    raise DaemonNotAnswering(f"the daemon closed {path} without an answer")

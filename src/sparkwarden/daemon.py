@@ -676,7 +676,7 @@ class Daemon:
             with self.snapshot_lock:
                 return {"ok": True, "status": self.snapshot}
         if isinstance(request, RestartRequest):
-            return self._manual(request.reason)
+            return self._manual(request.reason, peer)
         if isinstance(request, FaultRequest):
             if not self.faults:
                 return {"ok": False, "error": f"fault injection is off (set {faults.ENABLE}=1)"}
@@ -691,7 +691,7 @@ class Daemon:
             journal.close()
             self.queue.put(("wake", None))
 
-    def _manual(self, reason: str) -> Iterator[dict[str, Any]]:
+    def _manual(self, reason: str, peer: Peer) -> Iterator[dict[str, Any]]:
         """Queue the run for the main thread, then stream its steps until it is done.
 
         One operator request at a time: a second one, while the first is queued or running,
@@ -719,6 +719,7 @@ class Daemon:
             if call.refused:
                 yield {"ok": False, "error": call.refused}
                 return
+            log.info("manual_run", run=call.run_id, reason=reason, uid=peer.uid, pid=peer.pid)
             yield {"ok": True, "run": call.run_id}
             while True:
                 event = call.events.get()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,11 @@ STATUS_FILE = "status.json"
 EXIT_OK = 0
 EXIT_PROBLEM = 1  # gave up, or the LLM is down
 EXIT_NO_DAEMON = 3
+#: The daemon's state when status had to read the file instead.
+NOT_RUNNING = "not running"
+NOT_ANSWERING = "not answering"
+#: C0 and C1 control characters: what a terminal would act on rather than show.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def write_atomic(path: Path, snapshot: dict[str, Any]) -> None:
@@ -101,12 +107,16 @@ def format_text(s: dict[str, Any]) -> str:
     if daemon.get("running"):
         head = f"running (pid {daemon.get('pid')}), {daemon.get('state')}"
     else:
-        head = f"NOT RUNNING; last known state from {s.get('written_at') or 'nowhere'}"
+        state = str(daemon.get("state") or NOT_RUNNING)
+        why, _, detail = state.partition(": ")
+        head = f"{why.upper()}; last known state from {s.get('written_at') or 'nowhere'}"
     lines = [f"sparkwarden: {head}"]
+    if not daemon.get("running") and detail:
+        lines.append(f"             {detail}"[:79])
     if s.get("gave_up"):
         g = s["gave_up"]
         lines.append(
-            f"GAVE UP:     {g.get('why')} (reason {g.get('reason')}); run 'sparkwarden reset'"
+            f"GAVE UP:     {g.get('why')} (reason {g.get('reason')}); run 'sparkwarden reset'"[:79]
         )
     uptime = f", up {duration(llm.get('uptime_s'))}" if llm.get("uptime_s") is not None else ""
     lines.append(
@@ -140,7 +150,7 @@ def format_text(s: dict[str, Any]) -> str:
         f"runs used{' - ' + budget['why'] if budget.get('why') not in (None, 'ok') else ''}"[:79]
     )
     lines.append(
-        f"hold:        until {local_time(hold['until'])} {hold.get('reason') or ''}"
+        f"hold:        until {local_time(hold['until'])} {hold.get('reason') or ''}"[:79]
         if hold
         else "hold:        none"
     )
@@ -161,7 +171,13 @@ def format_text(s: dict[str, Any]) -> str:
         ]
         for row in _wrap(steps, 66):
             lines.append(f"             {row}")
-    return "\n".join(lines)
+    return "\n".join(inert(line)[:79] for line in lines)  # escaped, then cut to fit
+
+
+def inert(text: str) -> str:
+    """``text`` with every control character shown as ``\\xNN``: what a member wrote (a hold
+    reason) or an engine answered never moves root's cursor, clears a screen or sets a title."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _wrap(items: list[str], width: int) -> list[str]:

@@ -6,6 +6,7 @@ import json
 
 from sparkwarden.config import Config
 from sparkwarden.journal import Journal, RunRecord, iso
+from sparkwarden.status import inert
 
 
 def run(config: Config, as_json: bool, limit: int) -> int:
@@ -38,4 +39,4 @@ def format_run(record: RunRecord) -> str:
         seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else "        "
         summary = str(step.detail.get("summary") or step.detail.get("error") or "")
         lines.append(f"    {step.name:<13}{step.result:<8}{seconds}  {summary}"[:200])
-    return "\n".join(lines)
+    return "\n".join(inert(line) for line in lines)

@@ -60,7 +60,9 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
 def _through_daemon(config: Config, reason: str) -> int:
     """The daemon runs it (single flight) and streams each step back over its socket."""
     answers = control.stream(
-        config.control.socket, {"cmd": "restart", "reason": reason}, timeout=None
+        config.control.socket,
+        {"cmd": "restart", "reason": control.manual_reason(reason)},
+        timeout=None,
     )
     first = next(answers, None)
     if first is None or not first.get("ok"):

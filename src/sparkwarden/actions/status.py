@@ -11,23 +11,26 @@ from sparkwarden.config import Config
 
 
 def gather(config: Config) -> dict[str, Any]:
+    """The daemon's snapshot; on any failure of the socket, the last one it wrote."""
     try:
         answer = control.call(config.control.socket, {"cmd": "status"}, timeout=5.0)
-        if answer.get("ok"):
-            snapshot: dict[str, Any] = answer["status"]
-            return snapshot
     except control.DaemonUnavailable:
-        pass
-    return _offline(config)
+        return _offline(config, status_mod.NOT_RUNNING)
+    except control.DaemonNotAnswering as exc:
+        return _offline(config, f"{status_mod.NOT_ANSWERING}: {exc}")
+    if answer.get("ok"):
+        snapshot: dict[str, Any] = answer["status"]
+        return snapshot
+    return _offline(config, f"{status_mod.NOT_ANSWERING}: {answer.get('error')}")
 
 
-def _offline(config: Config) -> dict[str, Any]:
+def _offline(config: Config, state: str) -> dict[str, Any]:
     """The last snapshot the daemon wrote, marked not running, with live memory."""
     from sparkwarden.adapters.host import Host
 
     snapshot = status_mod.read(config.state.dir / status_mod.STATUS_FILE) or {}
     snapshot.setdefault("daemon", {})
-    snapshot["daemon"].update({"running": False, "pid": None, "state": "not running"})
+    snapshot["daemon"].update({"running": False, "pid": None, "state": state})
     memory = Host().memory()
     snapshot["memory"] = {
         **snapshot.get("memory", {}),

@@ -88,16 +88,21 @@ FLOOD = textwrap.dedent(
     import json, socket, sys, time
     path, count, bound = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     conns, ended = [], {}
+    stop = time.monotonic() + bound
     for i in range(count):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setblocking(False)
-        try:
-            s.connect(path)
-        except BlockingIOError:
-            ended[i] = "backlog"
-            continue
-        conns.append((i, s))
-    stop = time.monotonic() + bound
+        while True:
+            try:
+                s.connect(path)
+                break
+            except BlockingIOError:  # the listen backlog is full: wait for the server
+                if time.monotonic() > stop:
+                    ended[i] = "backlog"
+                    break
+                time.sleep(0.05)
+        if i not in ended:
+            conns.append((i, s))
     while conns and time.monotonic() < stop:
         for i, s in list(conns):
             try:

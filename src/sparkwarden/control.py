@@ -284,19 +284,16 @@ class ControlServer:
 
     def _serve_admitted(self, conn: socket.socket, peer: Peer) -> None:
         try:
+            raw = _receive(conn, time.monotonic() + REQUEST_DEADLINE)  # then one answer, always
             if not allowed(peer, self.group):
                 log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
-                conn.settimeout(REQUEST_DEADLINE)
-                _send(
-                    conn,
-                    {
-                        "ok": False,
-                        "error": f"uid {peer.uid} may not control "
-                        f"sparkwarden (not root, not in group {self.group})",
-                    },
-                )
-                return
-            answer = self._answer(_receive(conn, time.monotonic() + REQUEST_DEADLINE), peer)
+                answer: Answer = {
+                    "ok": False,
+                    "error": f"uid {peer.uid} may not control "
+                    f"sparkwarden (not root, not in group {self.group})",
+                }
+            else:
+                answer = self._answer(raw, peer)
         except (OSError, TimeoutError) as exc:
             log.warning("control_io_error", uid=peer.uid, error=str(exc))
             return

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,17 @@ def stage(docker_client: docker.DockerClient) -> Iterator[Stage]:
     stage = Stage(docker_client)
     yield stage
     stage.cleanup()
+
+
+@pytest.fixture
+def control_dir() -> Iterator[Path]:
+    """A socket directory others may traverse (pytest's tmp dirs are private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="sw-ctl-"))
+    path.chmod(0o755)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
 
 
 @pytest.fixture

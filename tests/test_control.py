@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +62,6 @@ def test_status_never_writes_a_raw_escape_whatever_the_snapshot_holds() -> None:
     assert all(ord(c) >= 0x20 or c == "\n" for c in text), repr(text)
     assert "\\x1b[2J" in text and all(len(line) <= 80 for line in text.splitlines())
     assert not any(line.startswith("GAVE UP: forged") for line in text.splitlines())
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A socket directory another user may traverse (pytest's tmp dirs are root's)."""
-    path = Path(tempfile.mkdtemp(prefix="sw-ctl-"))
-    path.chmod(0o755)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
 
 
 def _status(_request: Any, _peer: Peer) -> dict[str, Any]:
@@ -139,9 +126,9 @@ def flood(path: Path, count: int, bound: float = 60.0, root: bool = False) -> su
 
 
 def test_a_slow_flood_from_a_member_is_capped_and_cut_and_root_is_answered(
-    sock_dir: Path,
+    control_dir: Path,
 ) -> None:
-    path = sock_dir / "control.sock"
+    path = control_dir / "control.sock"
     server = ControlServer(path, "nogroup", _status)
     server.start()
     try:
@@ -176,11 +163,11 @@ SERVER = textwrap.dedent(
 )
 
 
-def test_the_accept_loop_outlives_running_out_of_files(sock_dir: Path, tmp_path: Path) -> None:
+def test_the_accept_loop_outlives_running_out_of_files(control_dir: Path, tmp_path: Path) -> None:
     """Past the open-file limit accept() fails with EMFILE: the loop backs off and, once the
     flood is gone, answers again (it used to return for good). Root floods here: a member's
     own cap would stop it first."""
-    path = sock_dir / "control.sock"
+    path = control_dir / "control.sock"
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, str(path)],
@@ -212,21 +199,21 @@ def _answers(path: Path) -> bool:
 
 
 def test_status_falls_back_to_the_snapshot_when_the_socket_fails(
-    sock_dir: Path, make_config: Any, tmp_path: Path
+    control_dir: Path, make_config: Any, tmp_path: Path
 ) -> None:
     """A socket that accepts and never answers: status reads the last snapshot, exit 3."""
     import socket
 
     from tests.conftest import run_cli
 
-    config = make_config(["llm"], 1, control={"socket": str(sock_dir / "mute.sock")})
+    config = make_config(["llm"], 1, control={"socket": str(control_dir / "mute.sock")})
     (tmp_path / "state").mkdir()
     status_mod.write_atomic(
         tmp_path / "state" / status_mod.STATUS_FILE,
         {"llm": {"container": "llm", "status": "running"}, "written_at": "2026-11-30T04:30"},
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
-        mute.bind(str(sock_dir / "mute.sock"))
+        mute.bind(str(control_dir / "mute.sock"))
         mute.listen(1)
         result = run_cli(config, "status")
     assert result.returncode == 3, result.stdout + result.stderr

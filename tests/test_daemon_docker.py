@@ -6,7 +6,6 @@ import json
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,17 +30,6 @@ FAST = {
     "drain": {"quiet": "0s", "deadline": "10s"},
     "docker": {"timeout": "5s", "retry_for": "5s"},
 }
-
-
-@pytest.fixture
-def control_dir() -> Iterator[Path]:
-    """A socket directory others may traverse (pytest's tmp dirs are private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="sw-ctl-"))
-    path.chmod(0o755)
-    yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
 
 
 @pytest.fixture

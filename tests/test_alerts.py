@@ -219,7 +219,7 @@ def shipped_scrape_config(listen: str) -> str:
         ("scrape_interval: 30s", "scrape_interval: 1s"),
         ("evaluation_interval: 30s", "evaluation_interval: 1s"),
         ("- alerts.yml", f"- {ALERTS}"),
-        ('"127.0.0.1:9464"', f'"{listen}"'),
+        ('targets: ["127.0.0.1:9464"]', f'targets: ["{listen}"]'),
     ):
         assert text.count(old) == 1, f"prometheus.yml no longer has {old!r} once"
         text = text.replace(old, new)

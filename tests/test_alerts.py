@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from sparkwarden.config import parse_duration
 from sparkwarden.exporter import last_finished_ok
 from sparkwarden.journal import Journal
 from tests.conftest import ROOT, run_cli
-from tests.daemonkit import DaemonProcess, wait_for
+from tests.daemonkit import DaemonProcess, end, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
 
 PROMETHEUS = ROOT / "packaging" / "prometheus"
@@ -200,15 +199,6 @@ class PrometheusServer:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 def shipped_scrape_config(listen: str) -> str:
     """packaging/prometheus/prometheus.yml with this test's target, the shipped rules' absolute
@@ -240,7 +230,7 @@ def prometheus_for(tmp_path: Path) -> Iterator[Any]:
 
     yield start
     for server in started:
-        server.stop()
+        end(server.proc)
 
 
 @pytest.mark.docker

@@ -262,7 +262,8 @@ def test_prometheus_raises_llm_down_for_a_held_daemon_live(
         assert {r["name"] for r in wait_for("every rule evaluated", evaluated, 120)} == set(rules())
         up = "sparkwarden_llm_up == 1"
         wait_for("the LLM seen up", lambda: prometheus.api("query", query=up)["result"], 60)
-        assert prometheus.alerts("LlmDown") == []
+        # A scrape before the daemon's first look saw no container: wait for a fresh evaluation.
+        wait_for("no LlmDown while it runs", lambda: prometheus.alerts("LlmDown") == [], 60)
 
         held = run_cli(config, "hold", "1h", "--reason", "alert test")
         assert held.returncode == 0, held.stderr

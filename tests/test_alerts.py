@@ -94,11 +94,16 @@ def test_every_test_file_is_for_a_shipped_alert() -> None:
     assert not stale, f"test files for alerts alerts.yml does not have: {stale}"
 
 
+def operator_runs(command: str) -> subprocess.CompletedProcess[str]:
+    """As typed in a shell at the repository root (the glob is the shell's)."""
+    return subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+
+
 def test_readme_command_runs_every_rule_test() -> None:
     assert README_COMMAND in (ROOT / "README.md").read_text()
-    result = subprocess.run(
-        ["bash", "-c", README_COMMAND], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    result = operator_runs(README_COMMAND)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("SUCCESS") == len(rules())
 
@@ -111,12 +116,7 @@ def test_readme_command_fails_on_a_broken_rule(tmp_path: Path) -> None:
     broken = text.replace("and on(job, instance) sparkwarden_state", "and sparkwarden_state")
     assert broken != text
     (copy / "alerts.yml").write_text(broken)
-    result = subprocess.run(
-        ["bash", "-c", README_COMMAND.replace("packaging/prometheus", str(copy))],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = operator_runs(README_COMMAND.replace("packaging/prometheus", str(copy)))
     assert result.returncode != 0
     assert "alertname: LlmDown" in result.stdout + result.stderr
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sparkwarden import control
+from sparkwarden import cli, control
 from sparkwarden import status as status_mod
 from sparkwarden.control import Admission, ControlServer, Peer
 from tests.conftest import ROOT
@@ -46,6 +46,9 @@ def test_a_socket_restart_is_always_manual_and_reasons_are_inert() -> None:
         with pytest.raises(ValidationError):
             control.parse_request({"cmd": "hold", "seconds": 60, "reason": reason})
     assert control.parse_request({"cmd": "hold", "seconds": 60, "reason": "disk swap, ~1h"})
+    with pytest.raises(SystemExit) as refused:  # the CLI says so before it asks anyone
+        cli.main(["hold", "1h", "--reason", "\x1b[2J"])
+    assert refused.value.code == 2
 
 
 def test_status_never_writes_a_raw_escape_whatever_the_snapshot_holds() -> None:

@@ -442,7 +442,10 @@ def test_ssh_spark_sparkwarden_status_as_readme_says(box: Box) -> None:
     assert code == 0, out
     snapshot = json.loads(out)
     assert snapshot["daemon"]["running"] and snapshot["llm"]["status"] == "running"
-    assert "reason" in box.ok("ssh spark sparkwarden history")  # the journal, read as alice
+    runs = json.loads(box.ok("ssh spark sparkwarden history --json"))  # the journal, as alice
+    assert {"manual", "crash"} <= {run["reason"] for run in runs}, runs
+    code, out = box.sh("ssh spark sparkwarden check-config")  # root's secrets: a warning
+    assert code == 0 and "warning: llm.api_key_file:" in out and "Permission denied" in out, out
 
     code, out = box.sh("ssh bob@spark sparkwarden status")
     assert code == 2 and "Traceback" not in out, out

@@ -42,6 +42,21 @@ def _reason(text: str) -> str:
     return text
 
 
+def _note(text: str) -> str:
+    """A hold reason: shown in status on root's terminal, so plain text only."""
+    from pydantic import ValidationError
+
+    from sparkwarden.control import parse_request
+
+    try:
+        parse_request({"cmd": "hold", "seconds": 1, "reason": text})
+    except ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: up to 200 characters, no control characters"
+        ) from None
+    return text
+
+
 def _duration(text: str) -> float:
     from sparkwarden.config import parse_duration
 
@@ -98,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     hold = command("hold", "no automatic restart for DURATION (a maintenance window)")
     hold.add_argument("duration", type=_duration, help="e.g. 2h, 90m")
-    hold.add_argument("--reason", default="", help="shown in status")
+    hold.add_argument("--reason", default="", type=_note, help="shown in status")
     command("release", "end a hold now")
     command("reset", "clear the restart budget and a 'gave up' state")
 

@@ -222,3 +222,33 @@ def test_status_falls_back_to_the_snapshot_when_the_socket_fails(
     assert result.returncode == 3, result.stdout + result.stderr
     assert result.stdout.startswith("sparkwarden: NOT ANSWERING; last known state from 2026")
     assert "did not answer" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_the_accept_loop_outlives_threads_that_cannot_start(
+    control_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At TasksMax, Thread.start raises: that connection is closed, the loop backs off and
+    serves the next one."""
+    import threading
+
+    path = control_dir / "control.sock"
+    server = ControlServer(path, None, _status)
+    server.start()
+    refused: list[int] = []
+
+    class Refusing(threading.Thread):
+        def start(self) -> None:
+            if len(refused) < 2:
+                refused.append(1)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(control.threading, "Thread", Refusing)
+    try:
+        for _ in range(2):
+            with pytest.raises(control.DaemonNotAnswering):
+                control.call(path, {"cmd": "status"}, timeout=10)
+        assert control.call(path, {"cmd": "status"})["ok"] is True
+        wait_for("every slot given back", lambda: server.serving() == {})
+    finally:
+        server.stop()

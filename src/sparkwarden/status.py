@@ -115,9 +115,8 @@ def format_text(s: dict[str, Any]) -> str:
         lines.append(f"             {detail}"[:79])
     if s.get("gave_up"):
         g = s["gave_up"]
-        lines.append(
-            f"GAVE UP:     {g.get('why')} (reason {g.get('reason')}); run 'sparkwarden reset'"[:79]
-        )
+        lines.append(f"GAVE UP:     {g.get('why')} (reason {g.get('reason')})"[:79])
+        lines.append("             run 'sparkwarden reset' when the cause is fixed")
     uptime = f", up {duration(llm.get('uptime_s'))}" if llm.get("uptime_s") is not None else ""
     lines.append(
         f"llm:         {llm.get('container') or '-'} {llm.get('status') or 'unknown'}{uptime}"

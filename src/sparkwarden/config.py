@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from sparkwarden.errors import ConfigError
+from sparkwarden.notices import EVENTS, Notice
 
 DEFAULT_PATH = Path("/etc/sparkwarden/sparkwarden.toml")
 ENV_PATH = "SPARKWARDEN_CONFIG"
@@ -255,12 +256,7 @@ class NotifyTarget(_Section):
     kind: Literal["webhook", "ntfy", "slack"] = "webhook"
     url_file: Path | None = None
     url_env: str | None = None
-    events: list[Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]] = [
-        "run_failed",
-        "gave_up",
-        "crash_recovered",
-        "memory_floor",
-    ]
+    events: list[Notice] = list(EVENTS)
     min_interval: Duration = 600.0
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ def run(config: Config, request: dict[str, Any]) -> int:
     try:
         answer = control.call(config.control.socket, request)
     except control.DaemonUnavailable:
-        from sparkwarden.daemon import apply_admin
+        from sparkwarden.handlers import apply_admin
         from sparkwarden.journal import Journal
 
         journal = Journal(config.state.dir)

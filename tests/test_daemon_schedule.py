@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sparkwarden import decide, report
 from sparkwarden.config import Config, parse
+from sparkwarden.intents import Say
 from sparkwarden.schedule import crontab_trigger
 
 
@@ -45,7 +46,7 @@ def test_too_late_is_skipped_not_run(tmp_path: Path) -> None:
     # the loop was busy in a 2 h sequence
     mind, said = decide.on_clock(mind, due + timedelta(hours=2), crontab, cfg)
     assert mind.pending is None
-    assert [s.event for s in said if isinstance(s, decide.Say)] == ["schedule_missed"]
+    assert [s.event for s in said if isinstance(s, Say)] == ["schedule_missed"]
     assert mind.next_schedule == due + timedelta(days=1)
     nxt = report.next_restart(mind, None, due, cfg)
     assert nxt is not None and nxt.reason == "schedule"

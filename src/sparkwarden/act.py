@@ -14,7 +14,10 @@ from dataclasses import asdict
 from sparkwarden import logs, sequence
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
-from sparkwarden.decide import (
+from sparkwarden.errors import LockBusy, SparkwardenError
+from sparkwarden.facts import Kept
+from sparkwarden.handlers import ManualCall
+from sparkwarden.intents import (
     ClearGaveUp,
     EventsSeen,
     ExpireHold,
@@ -27,9 +30,6 @@ from sparkwarden.decide import (
     RunEnded,
     Say,
 )
-from sparkwarden.errors import LockBusy, SparkwardenError
-from sparkwarden.facts import Kept
-from sparkwarden.handlers import ManualCall
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
 from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent, voice_to_quiet

@@ -29,6 +29,7 @@ from sparkwarden.control import ControlServer
 from sparkwarden.errors import LockBusy
 from sparkwarden.facts import Kept
 from sparkwarden.handlers import WAKE, Handlers, ManualCall
+from sparkwarden.intents import RunEnded
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
 from sparkwarden.observe import MARGIN, Observation, Observer, Recorded, read_journal
@@ -226,7 +227,7 @@ class Daemon:
         if ended is not None:
             self._after_run(ended)
 
-    def _after_run(self, ended: decide.RunEnded) -> None:
+    def _after_run(self, ended: RunEnded) -> None:
         self.observer.after_run(ended.at, ended.outcome.ok)
         self.facts = self._read_journal()
         self._decide(decide.after_run(self.mind, ended, self.stopping))

@@ -1,8 +1,9 @@
 """What the daemon does next: pure functions of what it believes, what it sees, the journal's facts
 and a clock.
 
-No I/O here. Each function takes a :class:`Mind` and returns the next one with the intents the
-hands carry out (:mod:`sparkwarden.act`); a run's result comes back in through :func:`after_run`.
+No I/O here. Each function takes a :class:`Mind` and returns the next one with the intents
+(:mod:`sparkwarden.intents`) the hands carry out (:mod:`sparkwarden.act`); a run's result comes
+back in through :func:`after_run`.
 A trigger becomes a :class:`Pending` restart, which :func:`gate` lets through past the hold, a
 "gave up", a container stopped by hand, the freshness of the engine, the budget and its backoff,
 and (for a planned reason) a drain of the requests in flight.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from apscheduler.triggers.base import BaseTrigger
 
@@ -21,12 +22,23 @@ from sparkwarden import acceptance, triggers
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState
 from sparkwarden.facts import GaveUp
-from sparkwarden.notices import Notice
+from sparkwarden.intents import (
+    ClearGaveUp,
+    EventsSeen,
+    ExpireHold,
+    GiveUp,
+    Intent,
+    Notify,
+    QuietVoiceForMemory,
+    Restart,
+    ResumeVoiceAfterMemory,
+    RunEnded,
+    Say,
+)
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.schedule import missed_run_due, next_fire
-from sparkwarden.sequence import Outcome
 from sparkwarden.status import local_time
-from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState
+from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState, Reason, automatic
 
 # --- what the daemon believes ------------------------------------------------------------------
 
@@ -35,7 +47,7 @@ from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState
 class Pending:
     """A restart some trigger asked for, waiting on hold, budget, backoff or drain."""
 
-    reason: str
+    reason: Reason
     why: str
     since: float
     drain: triggers.DrainState | None = None  # set while a planned restart drains
@@ -53,96 +65,13 @@ class Mind:
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
 
 
-# --- what it asks the hands to do --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Say:
-    """A log line: what was decided, and why."""
-
-    level: Literal["info", "warning", "error"]
-    event: str
-    fields: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Restart:
-    """Run the sequence now, under the run lock."""
-
-    reason: str
-    why: str
-
-
-@dataclass(frozen=True)
-class GiveUp:
-    gave_up: GaveUp
-
-
-@dataclass(frozen=True)
-class ExpireHold:
-    """Remove a hold whose time is over from the journal."""
-
-
-@dataclass(frozen=True)
-class ClearGaveUp:
-    """An operator's run succeeded: "gave up" and the budget start afresh."""
-
-    t: float
-
-
-@dataclass(frozen=True)
-class Notify:
-    kind: Notice
-    subject: str
-    summary: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class QuietVoiceForMemory:
-    """The memory floor's ``pause_voice``: pause the voice containers that run."""
-
-
-@dataclass(frozen=True)
-class ResumeVoiceAfterMemory:
-    """Memory is back: unpause exactly what the memory floor paused."""
-
-
-@dataclass(frozen=True)
-class EventsSeen:
-    """Docker events up to ``until`` were handled: a new daemon replays from there."""
-
-    until: float
-
-
-Intent = (
-    Say
-    | Restart
-    | GiveUp
-    | ExpireHold
-    | ClearGaveUp
-    | Notify
-    | QuietVoiceForMemory
-    | ResumeVoiceAfterMemory
-    | EventsSeen
-)
 Decision = tuple[Mind, list[Intent]]
-
-
-@dataclass(frozen=True)
-class RunEnded:
-    """A sequence's result, fed back to :func:`after_run`."""
-
-    reason: str
-    why: str
-    outcome: Outcome
-    at: float
 
 
 # --- triggers ----------------------------------------------------------------------------------
 
 
-def want(mind: Mind, reason: str, why: str, t: float) -> Decision:
+def want(mind: Mind, reason: Reason, why: str, t: float) -> Decision:
     """Note a trigger; an urgent one replaces a planned one still waiting."""
     pending = mind.pending
     if pending is not None and (reason in PLANNED or pending.reason not in PLANNED):
@@ -433,8 +362,8 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
             f"{ended.why}; run #{outcome.run_id} brought it back and it answered a chat request"
         )
         intents.append(Notify("crash_recovered", subject, summary, {"run": outcome.run_id}))
-    if not outcome.ok and reason in AUTOMATIC and not stopping:
+    if not outcome.ok and (retry := automatic(reason)) and not stopping:
         why = f"retry after failed run #{outcome.run_id}: {outcome.error}"
-        mind, more = want(mind, reason, why, ended.at)
+        mind, more = want(mind, retry, why, ended.at)
         intents += more
     return mind, intents

@@ -9,25 +9,13 @@ from typing import Any
 import pytest
 
 from sparkwarden import decide, report
+from sparkwarden import intents as do
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.config import Config, parse
 from sparkwarden.containers import ContainerState
 from sparkwarden.decide import Mind, Pending
 from sparkwarden.facts import GaveUp, Hold
-from sparkwarden.intents import (
-    ClearGaveUp,
-    EventsSeen,
-    ExpireHold,
-    GiveUp,
-    Intent,
-    Notify,
-    QuietVoiceForMemory,
-    Restart,
-    ResumeVoiceAfterMemory,
-    RunEnded,
-    Say,
-)
 from sparkwarden.metrics import EngineMetrics
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.sequence import Outcome
@@ -75,12 +63,12 @@ def pending(reason: Reason, t: float = T) -> Mind:
     return Mind(pending=Pending(reason, f"{reason} wanted", t))
 
 
-def events(intents: list[Intent]) -> list[str]:
-    return [i.event for i in intents if isinstance(i, Say)]
+def events(intents: list[do.Intent]) -> list[str]:
+    return [i.event for i in intents if isinstance(i, do.Say)]
 
 
-def restarts(intents: list[Intent]) -> list[Restart]:
-    return [i for i in intents if isinstance(i, Restart)]
+def restarts(intents: list[do.Intent]) -> list[do.Restart]:
+    return [i for i in intents if isinstance(i, do.Restart)]
 
 
 def state(mind: Mind, known: Recorded, t: float = T) -> str:
@@ -113,7 +101,7 @@ def test_a_die_without_docker_stop_is_a_crash() -> None:
     mind, intents = decide.on_event(Mind(), die(T + 5), CFG)
     assert mind.pending is not None and mind.pending.reason == "crash"
     assert mind.pending.why == "vllm died with exit code 137"
-    assert intents[0] == EventsSeen(T + 5)
+    assert intents[0] == do.EventsSeen(T + 5)
 
 
 def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
@@ -126,7 +114,7 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
     mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
     mind, said = decide.gate(mind, facts(), None, None, T + 4, CFG)
     assert mind.pending is None and restarts(said) == []
-    refused = [i for i in said if isinstance(i, Say) and i.event == "trigger_refused"]
+    refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
     assert refused[0].fields["refused"] == "vllm was stopped by hand"
     start = EventSeen(ContainerEvent("vllm", "start", T + 60))
     mind, _ = decide.on_event(mind, start, CFG)
@@ -135,7 +123,7 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
 
 def test_our_own_stop_and_start_are_not_events_to_act_on() -> None:
     mind, intents = decide.on_event(Mind(last_run_end=T + 10), die(T + 5), CFG)
-    assert mind.pending is None and intents == [EventsSeen(T + 5)]
+    assert mind.pending is None and intents == [do.EventsSeen(T + 5)]
 
 
 def test_a_die_that_is_up_again_is_left_alone() -> None:
@@ -147,12 +135,12 @@ def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
     low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
     seen = Observation(T, up_since(7200), "", Memory(4.0, 128.0))
     mind, intents = decide.on_tick(Mind(), seen, low)
-    assert not any(isinstance(i, QuietVoiceForMemory) for i in intents)
+    assert not any(isinstance(i, do.QuietVoiceForMemory) for i in intents)
     mind, intents = decide.on_tick(mind, replace(seen, t=T + 61), low)
-    assert QuietVoiceForMemory() in intents
-    assert [i.kind for i in intents if isinstance(i, Notify)] == ["memory_floor"]
+    assert do.QuietVoiceForMemory() in intents
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["memory_floor"]
     mind, intents = decide.on_tick(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
-    assert ResumeVoiceAfterMemory() in intents and mind.pending is None
+    assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
 
 
 # --- the gates -----------------------------------------------------------------------------------
@@ -168,8 +156,8 @@ def test_hold_refuses_and_drops_the_trigger() -> None:
 def test_a_hold_whose_time_is_over_is_removed_and_lets_it_through() -> None:
     hold = Hold(T0 - timedelta(seconds=1), "")
     mind, intents = decide.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
-    assert ExpireHold() in intents
-    assert restarts(intents) == [Restart("crash", "crash wanted")]
+    assert do.ExpireHold() in intents
+    assert restarts(intents) == [do.Restart("crash", "crash wanted")]
     assert mind.pending is None
 
 
@@ -186,19 +174,19 @@ def test_a_nightly_restart_of_a_fresh_engine_is_skipped() -> None:
     mind, said = decide.gate(pending("schedule"), facts(), up_since(7200), IDLE, T, CFG)
     assert mind.pending is not None and events(said) == ["draining"]
     mind, said = decide.gate(pending("crash"), facts(), up_since(600), None, T, CFG)
-    assert restarts(said) == [Restart("crash", "crash wanted")]
+    assert restarts(said) == [do.Restart("crash", "crash wanted")]
 
 
 def test_a_spent_budget_gives_up_once_and_says_so() -> None:
     runs = tuple(PastRun("crash", "ok", T - 600 * i, T - 600 * i + 60) for i in (1, 2, 3))
     mind, intents = decide.gate(pending("crash"), facts(runs=runs), up_since(60), None, T, CFG)
     assert mind.pending is None and restarts(intents) == []
-    (gave_up,) = [i.gave_up for i in intents if isinstance(i, GiveUp)]
+    (gave_up,) = [i.gave_up for i in intents if isinstance(i, do.GiveUp)]
     assert gave_up.reason == "crash" and "3 automatic runs in the window" in gave_up.why
-    assert [i.kind for i in intents if isinstance(i, Notify)] == ["gave_up"]
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gave_up"]
     # a reset since those runs gives the budget back
     _, intents = decide.gate(pending("crash"), facts(runs=runs, reset_at=T - 1), None, None, T, CFG)
-    assert restarts(intents) == [Restart("crash", "crash wanted")]
+    assert restarts(intents) == [do.Restart("crash", "crash wanted")]
 
 
 def test_backoff_after_a_failed_run_keeps_it_pending_then_lets_it_through() -> None:
@@ -219,7 +207,7 @@ def test_drain_waits_for_quiet_then_goes() -> None:
     mind, said = decide.gate(mind, known, active, IDLE, T + 39, CFG)
     assert restarts(said) == [] and mind.pending is not None
     mind, said = decide.gate(mind, known, active, IDLE, T + 40, CFG)
-    assert restarts(said) == [Restart("uptime", "uptime wanted")]
+    assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
     assert mind.pending is None and state(mind, known) == "idle"
 
 
@@ -255,15 +243,15 @@ def test_an_urgent_trigger_mid_drain_goes_without_draining() -> None:
     mind, _ = decide.want(mind, "crash", "died", T + 1)
     assert not decide.wants_drain_sample(mind, facts(), active, T + 1, CFG)
     mind, said = decide.gate(mind, facts(), active, None, T + 1, CFG)
-    assert restarts(said) == [Restart("crash", "died")]
+    assert restarts(said) == [do.Restart("crash", "died")]
 
 
 # --- after a run ---------------------------------------------------------------------------------
 
 
-def ended(reason: Reason, ok: bool, at: float = T) -> RunEnded:
+def ended(reason: Reason, ok: bool, at: float = T) -> do.RunEnded:
     outcome = Outcome(7, ok, "vllm", None if ok else "wait_health: timed out")
-    return RunEnded(reason, f"{reason} wanted", outcome, at)
+    return do.RunEnded(reason, f"{reason} wanted", outcome, at)
 
 
 @pytest.mark.parametrize("reason", ["crash", "unhealthy", "uptime"])
@@ -271,7 +259,7 @@ def test_a_failed_automatic_run_is_asked_for_again(reason: Reason) -> None:
     mind, intents = decide.after_run(Mind(), ended(reason, ok=False), stopping=False)
     assert mind.pending is not None and mind.pending.reason == reason
     assert mind.pending.why.startswith("retry after failed run #7")
-    assert [i.kind for i in intents if isinstance(i, Notify)] == ["run_failed"]
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["run_failed"]
     assert mind.last_run_end == T
     # stopping, it is not asked for again
     mind, _ = decide.after_run(Mind(), ended(reason, ok=False), stopping=True)
@@ -285,10 +273,10 @@ def test_a_failed_operator_run_is_not_retried() -> None:
 
 def test_an_operators_good_run_clears_gave_up_a_crash_run_says_recovered() -> None:
     _, intents = decide.after_run(Mind(), ended("manual", ok=True), stopping=False)
-    assert ClearGaveUp(T) in intents
+    assert do.ClearGaveUp(T) in intents
     _, intents = decide.after_run(Mind(), ended("crash", ok=True), stopping=False)
-    assert not any(isinstance(i, ClearGaveUp) for i in intents)
-    assert [i.kind for i in intents if isinstance(i, Notify)] == ["crash_recovered"]
+    assert not any(isinstance(i, do.ClearGaveUp) for i in intents)
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["crash_recovered"]
 
 
 def test_state_names_are_derived_in_order() -> None:

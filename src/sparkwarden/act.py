@@ -11,25 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
+from sparkwarden import intents as do
 from sparkwarden import logs, sequence
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
 from sparkwarden.errors import LockBusy, SparkwardenError
 from sparkwarden.facts import Kept
 from sparkwarden.handlers import ManualCall
-from sparkwarden.intents import (
-    ClearGaveUp,
-    EventsSeen,
-    ExpireHold,
-    GiveUp,
-    Intent,
-    Notify,
-    QuietVoiceForMemory,
-    Restart,
-    ResumeVoiceAfterMemory,
-    RunEnded,
-    Say,
-)
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
 from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent, voice_to_quiet
@@ -56,36 +44,36 @@ class Hands:
         #: What a running sequence is doing ("" before its first step); None when none runs.
         self.step: str | None = None
 
-    def carry_out(self, intents: list[Intent]) -> tuple[RunEnded | None, bool]:
+    def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
         """Do each intent in order; returns a run's result, and whether the journal's facts
         changed (the caller reads them again)."""
         ended, wrote = None, False
         for intent in intents:
             match intent:
-                case Say(level, event, fields):
+                case do.Say(level, event, fields):
                     getattr(log, level)(event, **fields)
-                case Notify(kind, subject, summary, detail):
+                case do.Notify(kind, subject, summary, detail):
                     self.webhooks.emit(kind, subject, summary, **detail)
-                case EventsSeen(until):
+                case do.EventsSeen(until):
                     self.kept.see_events(until)
-                case GiveUp(gave_up):
+                case do.GiveUp(gave_up):
                     self.kept.give_up(gave_up)
                     wrote = True
-                case ExpireHold():
+                case do.ExpireHold():
                     self.kept.release()
                     wrote = True
-                case ClearGaveUp(t):
+                case do.ClearGaveUp(t):
                     self.kept.reset(t)
                     wrote = True
-                case QuietVoiceForMemory():
+                case do.QuietVoiceForMemory():
                     self._quiet_voice_for_memory()
-                case ResumeVoiceAfterMemory():
+                case do.ResumeVoiceAfterMemory():
                     self._resume_voice_after_memory()
-                case Restart(reason, why):
+                case do.Restart(reason, why):
                     ended = self.sequence(reason, why)
         return ended, wrote
 
-    def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> RunEnded | None:
+    def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> do.RunEnded | None:
         """The restart sequence under the run lock; None when the lock is someone else's."""
         try:
             self.run_lock.acquire(reason)
@@ -114,7 +102,7 @@ class Hands:
             if call is not None:
                 call.done(outcome)
         assert outcome is not None  # sequence.restart records its own failures; it returns
-        return RunEnded(reason, why, outcome, time.time())
+        return do.RunEnded(reason, why, outcome, time.time())
 
     def repair(self) -> float | None:
         """Finish what a crash of sparkwarden left: voice resumed, the LLM serving. Returns

@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.config = getattr(args, "config", None)
     args.log_level = getattr(args, "log_level", None)
+    if args.command == "status":
+        return _status(args)
     from sparkwarden import config as config_mod
     from sparkwarden import logs
     from sparkwarden.errors import ConfigError, SparkwardenError
@@ -175,10 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import doctor as doctor_action
 
             return doctor_action.run(config, as_json=args.json)
-        if args.command == "status":
-            from sparkwarden.actions import status
-
-            return status.run(config, as_json=args.json)
         if args.command in ("hold", "release", "reset"):
             from sparkwarden.actions import admin
 
@@ -190,6 +188,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparkwarden: {exc}", file=sys.stderr)
         return EXIT_FAILED
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _status(args: argparse.Namespace) -> int:
+    """``status`` finds the state dir and socket only: no schema, no logger (see locate.py)."""
+    from sparkwarden import locate
+    from sparkwarden.actions import status
+    from sparkwarden.errors import ConfigError, SparkwardenError
+
+    try:
+        where = locate.places(args.config)
+    except ConfigError as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return status.run(where, as_json=args.json)
+    except SparkwardenError as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

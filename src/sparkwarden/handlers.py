@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkwarden import faults, logs
-from sparkwarden.control import (
-    Answer,
+from sparkwarden.control import Answer, Peer
+from sparkwarden.control_schema import (
     FaultRequest,
     HoldRequest,
-    Peer,
     ReleaseRequest,
     ResetRequest,
     RestartRequest,

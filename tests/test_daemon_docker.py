@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sparkwarden import control
-from tests.conftest import run_cli, running_step, start_cli
+from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkwarden.config import NotifyTarget
 from sparkwarden.notify import Event, Webhooks, payload
-from tests.conftest import ROOT, run_cli
+from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
 

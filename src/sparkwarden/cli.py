@@ -141,13 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return install.install(args.root, start=not args.no_start)
             return install.uninstall(args.root, purge=args.purge)
         except SparkwardenError as exc:
-            print(f"sparkwarden: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return _refuse(exc, EXIT_FAILED)
     try:
         config = config_mod.load(args.config)
     except ConfigError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(exc, EXIT_USAGE)
     try:
         if args.command == "check-config":
             from sparkwarden.actions import check_config
@@ -185,9 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 request.update(seconds=args.duration, reason=args.reason)
             return admin.run(config, request)
     except SparkwardenError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _refuse(exc, EXIT_FAILED)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _refuse(exc: Exception, code: int) -> int:
+    print(f"sparkwarden: {exc}", file=sys.stderr)
+    return code
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -199,13 +201,11 @@ def _status(args: argparse.Namespace) -> int:
     try:
         where = locate.places(args.config)
     except ConfigError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(exc, EXIT_USAGE)
     try:
         return status.run(where, as_json=args.json)
     except SparkwardenError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _refuse(exc, EXIT_FAILED)
 
 
 if __name__ == "__main__":

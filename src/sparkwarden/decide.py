@@ -55,6 +55,8 @@ class Pending:
 
 @dataclass(frozen=True)
 class Mind:
+    """What the daemon believes between inputs: all the state its decisions carry forward."""
+
     pending: Pending | None = None
     operator_stopped: str | None = None  # the container ``docker stop`` took down by hand
     exits: Mapping[str, ExitWatch] = field(default_factory=dict)
@@ -128,7 +130,8 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
 
 def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     """One look at the box: the memory floor, uptime, acceptance and health."""
-    t, intents = seen.t, list[Intent]()
+    t = seen.t
+    intents: list[Intent] = []
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
     mind = replace(mind, memory=memory)
     if alert == "alert":

@@ -18,9 +18,8 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkwarden.errors import SparkwardenError
 
@@ -31,8 +30,7 @@ class DaemonUnavailable(SparkwardenError):
     """No daemon listens on the socket: the caller acts on its own."""
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(NamedTuple):
     pid: int
     uid: int
     gid: int

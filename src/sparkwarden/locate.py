@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkwarden.errors import ConfigError
 
@@ -44,8 +43,7 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
 
 
-@dataclass(frozen=True)
-class Places:
+class Places(NamedTuple):
     state_dir: Path
     socket: Path
 

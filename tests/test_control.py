@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sparkwarden import cli, control
+from sparkwarden import cli, control, control_schema
 from sparkwarden import status as status_mod
 from sparkwarden.control import Admission, ControlServer, Peer
-from tests.conftest import ROOT
+from tests.commands import ROOT
 from tests.daemonkit import wait_for
 
 NOBODY, NOGROUP = 65534, 65534
@@ -38,14 +38,14 @@ def test_admission_caps_each_member_and_all_of_them_but_keeps_roots_reserve() ->
 def test_a_socket_restart_is_always_manual_and_reasons_are_inert() -> None:
     for reason in ("crash", "schedule", "manual\x1b[2J", "manualx"):
         with pytest.raises(ValidationError):
-            control.parse_request({"cmd": "restart", "reason": reason})
-    assert control.parse_request({"cmd": "restart", "reason": "manual:fix-1"}).reason
-    assert control.manual_reason("crash") == "manual:crash"
-    assert control.manual_reason("manual:x") == "manual:x"
+            control_schema.parse_request({"cmd": "restart", "reason": reason})
+    assert control_schema.parse_request({"cmd": "restart", "reason": "manual:fix-1"}).reason
+    assert control_schema.manual_reason("crash") == "manual:crash"
+    assert control_schema.manual_reason("manual:x") == "manual:x"
     for reason in ("\x1b]0;pwned\x07", "ok\r\nGAVE UP: forged", "\x9b2J"):
         with pytest.raises(ValidationError):
-            control.parse_request({"cmd": "hold", "seconds": 60, "reason": reason})
-    assert control.parse_request({"cmd": "hold", "seconds": 60, "reason": "disk swap, ~1h"})
+            control_schema.parse_request({"cmd": "hold", "seconds": 60, "reason": reason})
+    assert control_schema.parse_request({"cmd": "hold", "seconds": 60, "reason": "disk swap, ~1h"})
     with pytest.raises(SystemExit) as refused:  # the CLI says so before it asks anyone
         cli.main(["hold", "1h", "--reason", "\x1b[2J"])
     assert refused.value.code == 2
@@ -207,7 +207,7 @@ def test_status_falls_back_to_the_snapshot_when_the_socket_fails(
     """A socket that accepts and never answers: status reads the last snapshot, exit 3."""
     import socket
 
-    from tests.conftest import run_cli
+    from tests.commands import run_cli
 
     config = make_config(["llm"], 1, control={"socket": str(control_dir / "mute.sock")})
     (tmp_path / "state").mkdir()

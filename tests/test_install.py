@@ -11,7 +11,7 @@ import pytest
 
 from sparkwarden.actions import install
 from sparkwarden.errors import SparkwardenError
-from tests.conftest import ROOT
+from tests.commands import ROOT
 
 EXE = "/opt/sparkwarden/bin/sparkwarden"
 

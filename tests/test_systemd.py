@@ -28,7 +28,7 @@ import pytest
 import tomli_w
 
 from sparkwarden.actions.install import README_INSTALL
-from tests.conftest import ROOT
+from tests.commands import ROOT
 from tests.daemonkit import wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
 from tests.test_control import FLOOD

@@ -2,12 +2,14 @@
 
 Only root and members of the configured group may talk to it: the socket file is root-owned with
 mode 0660, and each peer's credentials (``SO_PEERCRED``) are checked again. Requests are size-
-limited and schema-checked; a malformed one gets an error answer, never a crash.
+limited and schema-checked (:mod:`sparkwarden.control_schema`); a malformed one gets an error
+answer, never a crash. The client half (:func:`call`, :func:`stream`) imports neither the schema
+nor the logger: ``sparkwarden status`` must start fast.
 
 A member is trusted with five verbs, not with the daemon: connections are capped per user and in
-all (root keeps a reserve of its own), a request must arrive whole within one deadline, the
-accept loop outlives running out of files or threads, and whatever a member sends that is
-printed or recorded holds no control characters.
+all (root keeps a reserve of its own), a request must arrive whole within one deadline, and the
+accept loop outlives running out of files or threads. The client treats any failure of the
+socket as "not answering", so ``status`` can fall back to the last snapshot.
 """
 
 from __future__ import annotations
@@ -22,16 +24,10 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-from sparkwarden import logs
 from sparkwarden.errors import SparkwardenError
-
-log = logs.get("sparkwarden.control")
 
 MAX_REQUEST = 4096
 #: Seconds for a whole request to arrive (not per ``recv``: a byte every few seconds is refused).
@@ -45,64 +41,6 @@ MAX_CONNECTIONS = 64
 ROOT_RESERVE = 8
 #: Back-off of the accept loop when the process is out of files or threads.
 BACKOFF_MIN, BACKOFF_MAX = 0.05, 2.0
-#: No C0/C1 control characters: a reason or a note is printed on root's terminal.
-INERT = r"^[^\x00-\x1f\x7f-\x9f]*$"
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StatusRequest(_Request):
-    cmd: Literal["status"]
-
-
-class RestartRequest(_Request):
-    """Always an operator's run: ``manual`` or ``manual:<text>``, never a trigger's reason (a
-    member naming it ``crash`` would spend the budget and forge the record)."""
-
-    cmd: Literal["restart"]
-    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^manual(:[\w.:-]+)?$")] = (
-        "manual"
-    )
-
-
-class HoldRequest(_Request):
-    cmd: Literal["hold"]
-    seconds: Annotated[float, Field(gt=0, le=30 * 86400)]
-    reason: Annotated[str, Field(max_length=200, pattern=INERT)] = ""
-
-
-class ReleaseRequest(_Request):
-    cmd: Literal["release"]
-
-
-class ResetRequest(_Request):
-    cmd: Literal["reset"]
-
-
-class FaultRequest(_Request):
-    """Test-only: honoured when the daemon runs with ``SPARKWARDEN_ENABLE_FAULTS=1``."""
-
-    cmd: Literal["fault"]
-    name: Literal["hang-loop"]
-
-
-Request = Annotated[
-    StatusRequest | RestartRequest | HoldRequest | ReleaseRequest | ResetRequest | FaultRequest,
-    Field(discriminator="cmd"),
-]
-_REQUEST = TypeAdapter(Request)
-
-
-def manual_reason(text: str) -> str:
-    """The reason a restart asked for through the socket is recorded under."""
-    return text if text == "manual" or text.startswith("manual:") else f"manual:{text}"
-
-
-def parse_request(payload: dict[str, Any]) -> Any:
-    """Validate a request built by the CLI, the same way the daemon does."""
-    return _REQUEST.validate_python(payload)
 
 
 class DaemonUnavailable(SparkwardenError):
@@ -114,8 +52,7 @@ class DaemonNotAnswering(SparkwardenError):
     reads the last snapshot instead; a command that changes things says so and stops."""
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(NamedTuple):
     pid: int
     uid: int
     gid: int
@@ -157,14 +94,17 @@ Answer = dict[str, Any] | Iterator[dict[str, Any]]
 Handler = Callable[[Any, Peer], Answer]
 
 
-@dataclass
 class Admission:
     """Who is being served now: caps per user and in all, with a reserve for root. Pure."""
 
-    per_user: int = PER_USER
-    total: int = MAX_CONNECTIONS
-    root_reserve: int = ROOT_RESERVE
-    serving: dict[int, int] = field(default_factory=dict)
+    def __init__(
+        self,
+        per_user: int = PER_USER,
+        total: int = MAX_CONNECTIONS,
+        root_reserve: int = ROOT_RESERVE,
+    ) -> None:
+        self.per_user, self.total, self.root_reserve = per_user, total, root_reserve
+        self.serving: dict[int, int] = {}
 
     def admit(self, uid: int) -> str | None:
         """Take a slot for ``uid``, or say why not."""
@@ -188,6 +128,10 @@ class Admission:
 
 class ControlServer:
     def __init__(self, path: Path, group: str | None, handler: Handler) -> None:
+        from sparkwarden import control_schema, logs  # the server's only: see the docstring
+
+        self._schema = control_schema
+        self.log = logs.get("sparkwarden.control")
         self.path = path
         self.group = group
         self._handler = handler
@@ -211,7 +155,7 @@ class ControlServer:
             os.chown(self.path, os.geteuid(), gid)
             os.chmod(self.path, 0o660)
         elif self.group:
-            log.warning("control_group_missing", group=self.group, mode="0600 (root only)")
+            self.log.warning("control_group_missing", group=self.group, mode="0600 (root only)")
         sock.listen(16)
         sock.settimeout(0.5)
         self._sock = sock
@@ -231,14 +175,14 @@ class ControlServer:
             except OSError as exc:
                 if self._stop.is_set():
                     return
-                log.warning("control_accept_failed", error=str(exc), retry_in=backoff)
+                self.log.warning("control_accept_failed", error=str(exc), retry_in=backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
             try:
                 self._admit(conn)
             except RuntimeError as exc:  # can't start new thread: TasksMax, memory
-                log.warning("control_thread_failed", error=str(exc), retry_in=backoff)
+                self.log.warning("control_thread_failed", error=str(exc), retry_in=backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
@@ -254,7 +198,7 @@ class ControlServer:
         with self._admission_lock:
             full = self._admission.admit(peer.uid)
         if full:
-            log.warning("control_busy", uid=peer.uid, pid=peer.pid, why=full)
+            self.log.warning("control_busy", uid=peer.uid, pid=peer.pid, why=full)
             with conn, contextlib.suppress(OSError):
                 conn.setblocking(False)  # a small answer into an empty buffer, or nothing
                 _send(conn, {"ok": False, "error": f"the daemon is busy: {full}"})
@@ -286,7 +230,7 @@ class ControlServer:
         try:
             raw = _receive(conn, time.monotonic() + REQUEST_DEADLINE)  # then one answer, always
             if not allowed(peer, self.group):
-                log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
+                self.log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
                 answer: Answer = {
                     "ok": False,
                     "error": f"uid {peer.uid} may not control "
@@ -295,7 +239,7 @@ class ControlServer:
             else:
                 answer = self._answer(raw, peer)
         except (OSError, TimeoutError) as exc:
-            log.warning("control_io_error", uid=peer.uid, error=str(exc))
+            self.log.warning("control_io_error", uid=peer.uid, error=str(exc))
             return
         with contextlib.suppress(OSError):
             conn.settimeout(SEND_TIMEOUT)  # a streamed run sends a line per step, for minutes
@@ -309,13 +253,9 @@ class ControlServer:
         if raw is None:
             return {"ok": False, "error": f"request larger than {MAX_REQUEST} bytes"}
         try:
-            request = _REQUEST.validate_json(raw)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            return {"ok": False, "error": f"malformed request: {problems}"}
+            request = self._schema.parse_wire(raw)
+        except self._schema.MalformedRequest as exc:
+            return {"ok": False, "error": str(exc)}
         try:
             return self._handler(request, peer)
         except SparkwardenError as exc:

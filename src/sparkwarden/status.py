@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def write_atomic(path: Path, snapshot: dict[str, Any]) -> None:
     """Write-then-rename: a reader never sees half a file, a crash never leaves one."""
+    import tempfile  # the daemon's only: ``status`` reads, and must start fast
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:

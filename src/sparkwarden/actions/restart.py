@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sparkwarden import control, sequence
+from sparkwarden import control, control_schema, sequence
 from sparkwarden.config import Config, require_secrets
 from sparkwarden.errors import SparkwardenError
 from sparkwarden.lock import RunLock
@@ -61,7 +61,7 @@ def _through_daemon(config: Config, reason: str) -> int:
     """The daemon runs it (single flight) and streams each step back over its socket."""
     answers = control.stream(
         config.control.socket,
-        {"cmd": "restart", "reason": control.manual_reason(reason)},
+        {"cmd": "restart", "reason": control_schema.manual_reason(reason)},
         timeout=None,
     )
     first = next(answers, None)

@@ -13,8 +13,10 @@ from sparkwarden.canary import (
     judge,
     measure,
     observe,
+    snapshot,
     status_note,
     take,
+    tell,
     waiting_too_long,
 )
 from sparkwarden.config import AcceptanceConfig
@@ -202,8 +204,17 @@ def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_dra
     engine, state = Engine(), CanaryState()
     state, _ = judge(state, canary(engine, 0.0), CFG)
     state, _ = observe(state, engine.metrics(), LOW, 400.0, CFG)
+    state, said = tell(state, CFG)
+    assert said is None  # the only valid canary predates the suspicion
     state, fire = judge(state, canary(engine, 420.0), CFG)
     assert fire is None and state.note.startswith(WORKLOAD_NOT_DRAFTER)
+    state, said = tell(state, CFG)
+    assert said is not None and said.startswith(WORKLOAD_NOT_DRAFTER)
+    state, said = tell(state, CFG)
+    assert said is None  # once per suspicious spell
+    shown = snapshot(state, 430.0, CFG)
+    assert shown["suspicious"] and shown["confirm"] == "canary"
+    assert shown["round"]["readings"][0]["prompt"] == "math"
 
 
 def test_a_box_that_never_idles_is_reported_not_acted_on() -> None:

@@ -151,6 +151,12 @@ class CanaryState:
     #: the note told once per suspicious spell, so a notifier says it once
     told: bool = False
     note: str = "no canary yet"
+    #: the last canary taken, valid or not: status shows it and ``record`` keeps it
+    last_round: Round | None = None
+
+    @property
+    def suspicious(self) -> bool:
+        return self.suspicious_since is not None
 
     def baseline_of(self, prompt: str) -> float | None:
         return dict(self.baseline).get(prompt)
@@ -301,12 +307,12 @@ def judge(
 ) -> tuple[CanaryState, Fire | None]:
     """One canary's verdict: discarded, learnt as the baseline, or judged against it."""
     t = canary.t
-    state = replace(state, last_try=t)
+    state = replace(state, last_try=t, last_round=canary)
     if not canary.valid:
         note = f"canary discarded ({canary.why}); retried at the next idle moment"
         return replace(state, discarded=state.discarded + 1, note=note), None
     if canary.created is not None and state.created not in (None, canary.created):
-        state = CanaryState(last_spec=state.last_spec, last_try=t)
+        state = CanaryState(last_spec=state.last_spec, last_try=t, last_round=canary)
     state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
     learn = [
         (r.prompt, r.acceptance) for r in canary.readings if state.baseline_of(r.prompt) is None
@@ -339,3 +345,33 @@ def judge(
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
     return replace(state, low_streak=0), Fire(t, health, why)
+
+
+def tell(state: CanaryState, cfg: AcceptanceConfig) -> tuple[CanaryState, str | None]:
+    """Once per suspicious spell, the sentence for a notification when a valid canary found
+    the drafter healthy while the passive estimate looked low."""
+    cleared = state.health is not None and state.health >= cfg.fraction
+    if not state.suspicious or state.told or not cleared or state.last_valid is None:
+        return state, None
+    if state.suspicious_since is not None and state.last_valid < state.suspicious_since:
+        return state, None
+    return replace(state, told=True), state.note
+
+
+def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, Any]:
+    """The canary's part of the status snapshot: status, ``--json``, metrics and ``record``
+    all read this one value."""
+    return {
+        "confirm": cfg.confirm,
+        "health": state.health,
+        "baseline": dict(state.baseline),
+        "last": {prompt: {"acceptance": a, "health": h} for prompt, a, h in state.last},
+        "suspicious": state.suspicious,
+        "waiting_too_long": waiting_too_long(state, t, cfg),
+        "low_streak": state.low_streak,
+        "valid": state.valid_count,
+        "discarded": state.discarded,
+        "last_valid": state.last_valid,
+        "note": status_note(state, t, cfg),
+        "round": state.last_round.to_json() if state.last_round is not None else None,
+    }

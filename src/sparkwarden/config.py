@@ -286,11 +286,14 @@ class NotifyTarget(_Section):
     kind: Literal["webhook", "ntfy", "slack"] = "webhook"
     url_file: Path | None = None
     url_env: str | None = None
-    events: list[Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]] = [
+    events: list[
+        Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "drafting_suspect"]
+    ] = [
         "run_failed",
         "gave_up",
         "crash_recovered",
         "memory_floor",
+        "drafting_suspect",
     ]
     min_interval: Duration = 600.0
 

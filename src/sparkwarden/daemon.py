@@ -20,7 +20,17 @@ from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from sparkwarden import acceptance, exporter, faults, logs, metrics, notify, sequence, triggers
+from sparkwarden import (
+    acceptance,
+    canary,
+    exporter,
+    faults,
+    logs,
+    metrics,
+    notify,
+    sequence,
+    triggers,
+)
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import Notifier, Watchdog
@@ -146,6 +156,7 @@ class Daemon:
         self.metrics_note = "not scraped yet"
         self.last_probe = ""
         self.acc = acceptance.AcceptanceState()
+        self.canary = canary.CanaryState()
         self.health = triggers.HealthState()
         self.mem_state = triggers.MemoryState()
         self.exits: dict[str, triggers.ExitWatch] = {}
@@ -378,8 +389,30 @@ class Daemon:
                 "acceptance_trigger_off",
                 why=self.metrics_note if self.engine is None else "no spec-decode series",
             )
-        if fire:
+        if fire and self.config.acceptance.confirm == "none":
             self._want("acceptance", fire.why, t)
+        elif self.config.acceptance.confirm == "canary":
+            self._drafting_canary(t)
+
+    def _drafting_canary(self, t: float) -> None:
+        """The passive estimate only raises suspicion; a canary taken while idle decides."""
+        cfg = self.config.acceptance
+        self.canary, due = canary.observe(self.canary, self.engine, self.acc, t, cfg)
+        model = (self.config.llm.model or self.parts.vllm.served_model()) if due else None
+        if model:
+            timeout = self.config.llm.probe_timeout
+            scrapes = 2 * self.config.health.timeout
+            self.watchdog.beat(len(cfg.canary_prompts) * (timeout + scrapes) + _MARGIN)
+            taken = self.parts.vllm.drafting_canary(model, cfg, timeout, t)
+            self.canary, fire = canary.judge(self.canary, taken, cfg)
+            log.info("drafting_canary", valid=taken.valid, note=self.canary.note)
+            if fire:
+                self._want("acceptance", fire.why, t)
+            self.canary, tell = canary.tell(self.canary, cfg)
+            if tell:
+                self.notify.emit(
+                    "drafting_suspect", self.active.name if self.active else "llm", tell
+                )
 
     def _check_health(self, t: float, now: datetime) -> None:
         cfg, vllm = self.config, self.parts.vllm
@@ -563,7 +596,7 @@ class Daemon:
 
         outcome = None
         try:
-            outcome = sequence.restart(self.config, reason, self.parts, observer=observe)
+            outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
         finally:
             self.run_lock.release()
             self.last_sequence_end = time.time()
@@ -820,6 +853,7 @@ class Daemon:
                 "available": self.acc.available,
                 "note": self.acc.note,
                 "enabled": self.config.acceptance.enabled,
+                "canary": canary.snapshot(self.canary, now.timestamp(), self.config.acceptance),
             },
             "metrics": self.metrics_note,
             "next_restart": self._next_restart(now),

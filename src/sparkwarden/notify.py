@@ -23,12 +23,13 @@ from sparkwarden.config import NotifyTarget
 
 log = logs.get("sparkwarden.notify")
 
-EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor")
+EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor", "drafting_suspect")
 TITLES: Final = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
 }
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import httpx
 
 from sparkwarden import canary as canary_mod
+from sparkwarden import metrics
+from sparkwarden.config import AcceptanceConfig
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
 
@@ -172,6 +174,23 @@ class VllmClient:
         outcome = interpret_chat(response.status_code, response.text)
         tokens = completion_tokens(response.text) if outcome.ok else None
         return canary_mod.Answer(outcome.ok, tokens, seconds, outcome.detail)
+
+    def drafting_canary(
+        self, model: str, cfg: AcceptanceConfig, timeout: float, t: float
+    ) -> canary_mod.Round:
+        """One drafting canary: each prompt in turn, /metrics scraped before and after."""
+
+        def scrape() -> metrics.EngineMetrics | None:
+            text = self.metrics(timeout=min(timeout, 10.0))
+            try:
+                return metrics.parse(text) if text is not None else None
+            except metrics.MetricsError:
+                return None
+
+        def ask(prompt: str) -> canary_mod.Answer:
+            return self.canary(model, prompt, cfg.canary_max_tokens, cfg.canary_seed, timeout)
+
+        return canary_mod.take(cfg.canary_prompts, scrape, ask, t)
 
     def metrics(self, timeout: float = 10.0) -> str | None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -77,6 +78,7 @@ def test_three_decays_each_lower_what_they_should() -> None:
     def canary(kind: str, prompt: str) -> float:
         e = counted("--decay-kind", kind, "--decay-after", "0", "--decay-over", "0.000001")
         assert e.traffic is not None
+        e.traffic.began = time.monotonic() - 1.0  # the decay is a second old
         e.traffic.request(e, prompt, 128, 0, greedy=True)
         return e.accepted / e.draft_tokens
 

@@ -405,7 +405,13 @@ class Daemon:
             self.watchdog.beat(len(cfg.canary_prompts) * (timeout + scrapes) + _MARGIN)
             taken = self.parts.vllm.drafting_canary(model, cfg, timeout, t)
             self.canary, fire = canary.judge(self.canary, taken, cfg)
-            log.info("drafting_canary", valid=taken.valid, note=self.canary.note)
+            log.info(
+                "drafting_canary",
+                t=t,
+                valid=taken.valid,
+                health=self.canary.health,
+                note=self.canary.note,
+            )
             if fire:
                 self._want("acceptance", fire.why, t)
             self.canary, tell = canary.tell(self.canary, cfg)

@@ -84,7 +84,7 @@ class Engine:
             if self.args.stall:
                 return
             if self.traffic is not None:
-                self.traffic.background(self, time.monotonic() - self._started, dt)
+                self.traffic.background(self, self.traffic.clock(), dt)
                 return
             drafts = self.args.drafts_per_s * dt
             rate = self.acceptance()
@@ -159,6 +159,17 @@ class Traffic:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.classes = args.traffic.split(",")
+        #: --decay-once: a restart cures the decay (the marker survives a container restart)
+        self.cured = bool(args.decay_once) and os.path.exists(args.decay_once)
+        #: the users' day begins at the first /metrics scrape: a supervisor's first look sees
+        #: the first phase, however long the container took to be watched
+        self.began: float | None = None
+
+    def clock(self) -> float:
+        now = time.monotonic()
+        if self.began is None:
+            self.began = now
+        return now - self.began
 
     def phase(self, elapsed: float) -> tuple[bool, str, bool]:
         """(busy, class of the traffic now, in a long-context phase)."""
@@ -174,8 +185,11 @@ class Traffic:
     def decay_level(self, elapsed: float) -> float:
         """0 (healthy) .. ``decay_depth``: how far the decay has gone now."""
         a = self.args
-        if a.decay_kind == "none" or elapsed < a.decay_after:
+        if a.decay_kind == "none" or elapsed < a.decay_after or self.cured:
             return 0.0
+        if a.decay_once and not os.path.exists(a.decay_once):
+            with open(a.decay_once, "w") as marker:
+                marker.write("decayed once\n")
         return float(a.decay_depth) * min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
 
     def odds(self, klass: str, elapsed: float, long_ctx: bool) -> tuple[float, list[float]]:
@@ -188,7 +202,7 @@ class Traffic:
         if a.decay_kind in ("per-token", "hot") and hit:
             cond = [c * (1 - level) for c in cond]
         if long_ctx:  # long conversations: every position a little harder, no KV-cache signal
-            cond = [c * 0.85 for c in cond]
+            cond = [c * a.long_context_factor for c in cond]
         return spoil, cond
 
     def background(self, engine: Engine, elapsed: float, dt: float) -> None:
@@ -214,7 +228,7 @@ class Traffic:
         self, engine: Engine, prompt: str, max_tokens: int, seed: int, greedy: bool
     ) -> tuple[int, float]:
         """Draft one request token by token; returns (tokens made, seconds it takes)."""
-        elapsed = time.monotonic() - engine._started
+        elapsed = self.clock()
         busy, _, long_ctx = self.phase(elapsed)
         spoil, cond = self.odds(prompt_class(prompt), elapsed, long_ctx and busy)
         rng = random.Random(f"{prompt}|{seed}") if greedy else random.Random()
@@ -502,12 +516,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     traffic.add_argument("--users", type=float, default=3.0, help="requests running when busy")
     traffic.add_argument("--long-context-every", type=float, default=0.0)
     traffic.add_argument("--long-context-for", type=float, default=0.0)
+    traffic.add_argument("--long-context-factor", type=float, default=0.8)
     traffic.add_argument("--steps-per-s", type=float, default=200.0, help="a request's pace")
     traffic.add_argument(
         "--decay-kind", default="none", choices=["none", "whole", "per-token", "hot"]
     )
     traffic.add_argument("--decay-depth", type=float, default=0.6)
     traffic.add_argument("--hot-class", default="math", help="--decay-kind hot hits only this")
+    traffic.add_argument(
+        "--decay-once", default="", help="a marker file: once it exists, restarts are healthy"
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.

@@ -217,6 +217,8 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     )
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    trace = daemon.config.parent / "day.jsonl"
+    recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok"
     why = run["plan"]["why"]
@@ -231,6 +233,12 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
         timeout=60,
     )
     assert len(daemon.runs_with("acceptance", finished=False)) == 1
+    recorder.send_signal(signal.SIGTERM)
+    assert recorder.wait(timeout=30) == 0
+    # the recorded day, replayed, decides what the daemon decided, and for the same reason
+    replayed = json.loads(run_cli(daemon.config, "replay", str(trace), "--json").stdout)
+    assert [(f["by"], f["why"]) for f in replayed["fires"]] == [("canary", why)]
+    assert replayed["canaries"] >= 4
 
 
 def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:

@@ -22,10 +22,11 @@ requests (:func:`take` with injected I/O) and ``sparkwarden replay`` feeds recor
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
+from sparkwarden import acceptance
 from sparkwarden.acceptance import AcceptanceState
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
@@ -375,3 +376,59 @@ def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, A
         "note": status_note(state, t, cfg),
         "round": state.last_round.to_json() if state.last_round is not None else None,
     }
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What one scrape or one canary decided: the daemon acts on ``fire``; replay prints it."""
+
+    t: float
+    passive: AcceptanceState
+    canary: CanaryState
+    judged: bool
+    #: the canary to send now (the daemon sends it; a replay has its recorded outcome instead)
+    due: bool = False
+    fire: str | None = None
+    by: Literal["passive", "canary"] | None = None
+
+
+def on_scrape(
+    passive: AcceptanceState,
+    state: CanaryState,
+    engine: EngineMetrics | None,
+    t: float,
+    cfg: AcceptanceConfig,
+) -> Decided:
+    """One scrape through the passive estimate and, unless ``confirm = "none"``, the canary's
+    schedule: with a canary to confirm, the passive estimate never fires by itself."""
+    before = passive.windows
+    passive, fire = acceptance.observe(passive, engine, t, cfg)
+    judged = passive.windows != before
+    if cfg.confirm == "none":
+        return Decided(t, passive, state, judged, fire=fire.why if fire else None, by="passive")
+    state, due = observe(state, engine, passive, t, cfg)
+    return Decided(t, passive, state, judged, due=due)
+
+
+def on_canary(
+    passive: AcceptanceState, state: CanaryState, taken: Round, cfg: AcceptanceConfig
+) -> Decided:
+    """A canary's outcome, sent now or recorded."""
+    state, fire = judge(state, taken, cfg)
+    return Decided(taken.t, passive, state, False, fire=fire.why if fire else None, by="canary")
+
+
+def replay(
+    items: Iterable[tuple[float, EngineMetrics | Round | None]], cfg: AcceptanceConfig
+) -> Iterator[Decided]:
+    """Recorded scrapes and canary outcomes, in order, through the daemon's own decisions."""
+    passive, state = AcceptanceState(), CanaryState()
+    for t, item in items:
+        if isinstance(item, Round):
+            if cfg.confirm == "none":
+                continue
+            decided = on_canary(passive, state, item, cfg)
+        else:
+            decided = on_scrape(passive, state, item, t, cfg)
+        passive, state = decided.passive, decided.canary
+        yield decided

@@ -382,43 +382,28 @@ class Daemon:
             log.warning("metrics_unusable", note=self.metrics_note)
         if not self.config.acceptance.enabled:
             return
-        was_available = self.acc.available
-        self.acc, fire = acceptance.observe(self.acc, self.engine, t, self.config.acceptance)
+        was_available, cfg = self.acc.available, self.config.acceptance
+        decided = canary.on_scrape(self.acc, self.canary, self.engine, t, cfg)
+        self.acc, self.canary = decided.passive, decided.canary
         if was_available and not self.acc.available:
             log.warning(
                 "acceptance_trigger_off",
                 why=self.metrics_note if self.engine is None else "no spec-decode series",
             )
-        if fire and self.config.acceptance.confirm == "none":
-            self._want("acceptance", fire.why, t)
-        elif self.config.acceptance.confirm == "canary":
-            self._drafting_canary(t)
-
-    def _drafting_canary(self, t: float) -> None:
-        """The passive estimate only raises suspicion; a canary taken while idle decides."""
-        cfg = self.config.acceptance
-        self.canary, due = canary.observe(self.canary, self.engine, self.acc, t, cfg)
-        model = (self.config.llm.model or self.parts.vllm.served_model()) if due else None
-        if model:
-            timeout = self.config.llm.probe_timeout
-            scrapes = 2 * self.config.health.timeout
+        model = (self.config.llm.model or self.parts.vllm.served_model()) if decided.due else None
+        if model:  # the canary: the passive estimate alone never restarts anything
+            timeout, scrapes = self.config.llm.probe_timeout, 2 * self.config.health.timeout
             self.watchdog.beat(len(cfg.canary_prompts) * (timeout + scrapes) + _MARGIN)
             taken = self.parts.vllm.drafting_canary(model, cfg, timeout, t)
-            self.canary, fire = canary.judge(self.canary, taken, cfg)
-            log.info(
-                "drafting_canary",
-                t=t,
-                valid=taken.valid,
-                health=self.canary.health,
-                note=self.canary.note,
-            )
-            if fire:
-                self._want("acceptance", fire.why, t)
-            self.canary, tell = canary.tell(self.canary, cfg)
+            decided = canary.on_canary(self.acc, self.canary, taken, cfg)
+            self.canary, tell = canary.tell(decided.canary, cfg)
+            log.info("drafting_canary", t=t, valid=taken.valid, note=self.canary.note)
             if tell:
                 self.notify.emit(
                     "drafting_suspect", self.active.name if self.active else "llm", tell
                 )
+        if decided.fire:
+            self._want("acceptance", decided.fire, t)
 
     def _check_health(self, t: float, now: datetime) -> None:
         cfg, vllm = self.config, self.parts.vllm
@@ -793,11 +778,13 @@ class Daemon:
         line = self._status_line()
         self.notifier.status(line)
         last_t, last_line = self.status_written
-        if line == last_line and t - last_t < 30 and running:
+        # a new drafting canary is news too: ``record`` keeps each one from this file
+        said = f"{line}|{snapshot['acceptance']['canary']['round']}"
+        if said == last_line and t - last_t < 30 and running:
             return
         try:
             status_mod.write_atomic(self.config.state.dir / status_mod.STATUS_FILE, snapshot)
-            self.status_written = (t, line)
+            self.status_written = (t, said)
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
 

@@ -1,7 +1,9 @@
 """``sparkwarden record``: scrape the engine's /metrics on an interval into a JSON-lines trace.
 
 Safe to leave running for days: nothing accumulates in memory, every line is flushed as it is
-written, and only the series decisions read are kept (a few hundred bytes a line).
+written, and only the series decisions read are kept (a few hundred bytes a line). The drafting
+canaries a running daemon takes go in too (``{"t", "canary"}`` lines, from its status file), so
+``replay`` reproduces what the daemon decided, passive estimate and canary alike.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from sparkwarden import logs, metrics
+from sparkwarden import status as status_mod
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.config import Config
 
@@ -31,6 +35,8 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     vllm = VllmClient(config.llm.base_url, config.llm.api_key())
     end = None if duration is None else time.monotonic() + duration
     written = failed = 0
+    status_file = config.state.dir / status_mod.STATUS_FILE
+    last_canary = latest_canary(status_mod.read(status_file))  # taken before we began: not ours
     print(
         f"sparkwarden record: {config.llm.base_url}/metrics every {interval:g}s into {out}",
         flush=True,
@@ -46,8 +52,12 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
                 else:
                     line = {"t": round(time.time(), 3), "metrics": metrics.keep_recorded(text)}
                     trace.write(json.dumps(line) + "\n")
-                    trace.flush()
                     written += 1
+                canary = latest_canary(status_mod.read(status_file))
+                if canary is not None and canary != last_canary:
+                    trace.write(json.dumps({"t": canary["t"], "canary": canary}) + "\n")
+                    last_canary = canary
+                trace.flush()
                 wait = interval - (time.monotonic() - began)
                 if end is not None:
                     wait = min(wait, end - time.monotonic())
@@ -56,3 +66,10 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
         vllm.close()
     print(f"sparkwarden record: {written} scrapes written, {failed} failed", flush=True)
     return 0
+
+
+def latest_canary(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The last drafting canary a daemon's status snapshot shows, if any."""
+    canary = ((snapshot or {}).get("acceptance") or {}).get("canary") or {}
+    found = canary.get("round")
+    return found if isinstance(found, dict) else None

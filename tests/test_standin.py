@@ -71,6 +71,8 @@ def test_the_deeper_easier_law_is_not_ours() -> None:
 
     hard = conditional(0.30, 5, "deeper-easier")
     assert hard[1] > hard[0] and hard[4] > hard[1]  # deeper positions, once reached, easier
+    mixed = conditional(0.518, 5, "deeper-easier")
+    assert [round(c, 2) for c in mixed[1:]] == [0.62, 0.63, 0.65, 0.67]  # the field's ratios
     assert conditional(0.30, 5, "geometric")[1] < 0.30
 
 
@@ -85,6 +87,9 @@ def test_three_decays_each_lower_what_they_should() -> None:
     healthy = canary("none", "Describe a harbour")
     assert canary("whole", "Describe a harbour") < 0.6 * healthy
     assert canary("per-token", "Describe a harbour") < 0.6 * healthy
-    # confined to the high-volume class (math): a prose canary does not see it
+    # confined to the users' high-volume prompts: no canary sees it, whatever its class
     assert canary("hot", "Describe a harbour") == healthy
-    assert canary("hot", "Compute 37 * 43") < 0.6 * canary("none", "Compute 37 * 43")
+    assert canary("hot", "Compute 37 * 43") == canary("none", "Compute 37 * 43")
+    users = counted("--decay-kind", "hot", "--decay-after", "0", "--decay-over", "0.000001")
+    assert users.traffic is not None
+    assert users.traffic.odds("math", 1.0, False)[1][0] < 0.6 * 0.78

@@ -132,12 +132,18 @@ class Engine:
 CLASS_ALPHA = {"math": 0.78, "code": 0.75, "mixed": 0.52, "prose": 0.30}
 
 
+#: --law deeper-easier: position i >= 1, once reached, is accepted at a + (CEILING - a) * w[i-1]:
+#: for mixed text (a = 0.518) the ratios 0.62, 0.63, 0.65, 0.67 of the field's curve; prose
+#: (0.30) 0.47..0.55, easier than its position 0
+CEILING = 0.85
+DEEPER = (0.30, 0.35, 0.40, 0.45)
+
+
 def conditional(alpha0: float, k: int, law: str) -> list[float]:
     """Acceptance of each position given the one before was accepted."""
     if law == "geometric":
         return [alpha0] + [0.8 * alpha0] * (k - 1)
-    # deeper-easier: past position 0 a text gets easier, the harder it was, towards 0.8
-    deeper = [min(0.95, alpha0 + (0.8 - alpha0) * (0.55 + 0.1 * i)) for i in range(k - 1)]
+    deeper = [alpha0 + (CEILING - alpha0) * DEEPER[min(i, len(DEEPER) - 1)] for i in range(k - 1)]
     return [alpha0, *deeper]
 
 
@@ -192,12 +198,16 @@ class Traffic:
                 marker.write("decayed once\n")
         return float(a.decay_depth) * min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
 
-    def odds(self, klass: str, elapsed: float, long_ctx: bool) -> tuple[float, list[float]]:
+    def odds(
+        self, klass: str, elapsed: float, long_ctx: bool, single: bool = False
+    ) -> tuple[float, list[float]]:
         """(share of drafts spoilt whole, conditional acceptance per position) for a class."""
         a = self.args
         cond = conditional(CLASS_ALPHA[klass], a.k, a.law)
         level = self.decay_level(elapsed)
-        hit = a.decay_kind != "hot" or klass == a.hot_class
+        # hot: only the high-volume prompts (the users' --hot-class traffic); a single request,
+        # such as a canary, is never one of them
+        hit = a.decay_kind != "hot" or (klass == a.hot_class and not single)
         spoil = level if a.decay_kind == "whole" else 0.0
         if a.decay_kind in ("per-token", "hot") and hit:
             cond = [c * (1 - level) for c in cond]
@@ -230,7 +240,7 @@ class Traffic:
         """Draft one request token by token; returns (tokens made, seconds it takes)."""
         elapsed = self.clock()
         busy, _, long_ctx = self.phase(elapsed)
-        spoil, cond = self.odds(prompt_class(prompt), elapsed, long_ctx and busy)
+        spoil, cond = self.odds(prompt_class(prompt), elapsed, long_ctx and busy, single=True)
         rng = random.Random(f"{prompt}|{seed}") if greedy else random.Random()
         drafts, hits, made = 0, [0] * self.args.k, 0
         while made < max_tokens:

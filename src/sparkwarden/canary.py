@@ -390,6 +390,8 @@ class Decided:
     due: bool = False
     fire: str | None = None
     by: Literal["passive", "canary"] | None = None
+    #: what the passive estimate alone would have fired on (confirm = "canary": not acted on)
+    suspect: str | None = None
 
 
 def on_scrape(
@@ -407,7 +409,7 @@ def on_scrape(
     if cfg.confirm == "none":
         return Decided(t, passive, state, judged, fire=fire.why if fire else None, by="passive")
     state, due = observe(state, engine, passive, t, cfg)
-    return Decided(t, passive, state, judged, due=due)
+    return Decided(t, passive, state, judged, due=due, suspect=fire.why if fire else None)
 
 
 def on_canary(

@@ -390,6 +390,8 @@ class Daemon:
                 "acceptance_trigger_off",
                 why=self.metrics_note if self.engine is None else "no spec-decode series",
             )
+        if decided.suspect:
+            log.warning("drafting_suspect", why=decided.suspect, acted_on=False)
         model = (self.config.llm.model or self.parts.vllm.served_model()) if decided.due else None
         if model:  # the canary: the passive estimate alone never restarts anything
             timeout, scrapes = self.config.llm.probe_timeout, 2 * self.config.health.timeout

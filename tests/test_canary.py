@@ -18,6 +18,7 @@ from sparkwarden.canary import (
     take,
     tell,
     waiting_too_long,
+    wanted,
 )
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
@@ -231,3 +232,13 @@ def test_a_round_survives_json() -> None:
     engine = Engine()
     taken = canary(engine, 25.0)
     assert Round.from_json(taken.to_json()) == taken
+
+
+def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = judge(state, canary(engine, 0.0), CFG)
+    assert not wanted(state, 600.0, CFG)
+    assert wanted(state, 1800.0, CFG)  # owed, though the engine may be busy
+    state, _ = observe(state, engine.metrics(), LOW, 900.0, CFG)
+    assert wanted(state, 900.0, CFG)  # suspicious: canary_soon
+    assert not wanted(state, 900.0, CFG.model_copy(update={"confirm": "none"}))

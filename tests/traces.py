@@ -102,8 +102,8 @@ class Scenario:
     decay_kind: str = "whole"
     #: False: long-context phases leave the KV-cache gauge as in ordinary chat (no signal)
     kv_signal: bool = True
-    #: True: a scrape finds the engine idle with probability exp(-2 x load) (arrivals Poisson,
-    #: requests ~20 s): the moments a canary can be sent; False: the gauges follow the load
+    #: True: idle spells long enough for a canary come at ``idle_rate(load)``; each shows as
+    #: two idle scrapes ``IDLE_SPELL`` apart; False: the gauges follow the load
     idle_gaps: bool = False
 
     def decay(self, hours_in: float) -> float:
@@ -117,6 +117,20 @@ class Scenario:
         if self.decay_onset is None or fraction > self.decay_drop:
             return None
         return self.decay_onset + self.decay_hours * fraction / self.decay_drop
+
+
+#: an idle spell long enough for a canary (``canary_idle`` and a few seconds to see it)
+IDLE_SPELL = 25.0
+#: a request lasts about this long (a few hundred tokens at 25-80 tok/s)
+REQUEST_S = 20.0
+
+
+def idle_rate(load: float) -> float:
+    """Idle spells of at least ``IDLE_SPELL`` per second, with ``load`` requests running on
+    average: Poisson arrivals (rate load/REQUEST_S), the engine idle a share exp(-load) of the
+    time, and a spell outlasting IDLE_SPELL with probability exp(-rate x IDLE_SPELL)."""
+    arrivals = load / REQUEST_S
+    return arrivals * math.exp(-load) * math.exp(-arrivals * IDLE_SPELL)
 
 
 def _count(rng: random.Random, mean: float) -> float:
@@ -170,7 +184,11 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
                 accepted += sum(hits)
                 generation += d + sum(hits)
         kv_cache = min(1.0, round(running) * context * rng.uniform(0.8, 1.2) / KV_TOKENS)
-        if s.idle_gaps and gaps.random() < math.exp(-2 * s.load.get(hour, 0.0)):
+        load = s.load.get(hour, 0.0)
+        spell = (
+            s.idle_gaps and load > 0 and gaps.random() < -math.expm1(-idle_rate(load) * s.interval)
+        )
+        if spell:
             running = kv_cache = 0.0
         counters = Counters(
             drafts,
@@ -183,7 +201,10 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
             created,
             kv_cache,
         )
-        yield {"t": t, "metrics": exposition(counters, MODEL)}
+        text = exposition(counters, MODEL)
+        if spell:  # the daemon, wanting a canary, looks every few seconds: it saw the spell begin
+            yield {"t": t - IDLE_SPELL, "metrics": text}
+        yield {"t": t, "metrics": text}
 
 
 def canary_round(

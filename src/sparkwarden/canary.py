@@ -193,11 +193,19 @@ def observe(
     assert state.idle_since is not None
     if t - state.idle_since < cfg.canary_idle:
         return state, False
+    return state, wanted(state, t, cfg)
+
+
+def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
+    """A canary is owed (its interval, shorter while suspicious, has passed), idle or not: the
+    daemon then looks every tick, so a short idle spell is not missed."""
+    if cfg.confirm != "canary":
+        return False
     gap = cfg.canary_soon if state.suspicious_since is not None else cfg.canary_interval
-    if state.last_valid is None or t - state.last_valid >= gap:
-        # a discarded canary is retried, but not before the engine has idled once more
-        return state, state.last_try is None or t - state.last_try >= cfg.canary_idle
-    return state, False
+    if state.last_valid is not None and t - state.last_valid < gap:
+        return False
+    # a discarded canary is retried, but not before the engine has idled once more
+    return state.last_try is None or t - state.last_try >= cfg.canary_idle
 
 
 def _suspicion(

@@ -362,7 +362,8 @@ class Daemon:
         if not running:
             return
         if t >= self.due["metrics"]:
-            self.due["metrics"] = t + min(cfg.health.interval, 30.0)
+            owed = cfg.acceptance.enabled and canary.wanted(self.canary, t, cfg.acceptance)
+            self.due["metrics"] = t + (0.0 if owed else min(cfg.health.interval, 30.0))
             self._scrape(t)
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval

@@ -242,3 +242,8 @@ def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
     state, _ = observe(state, engine.metrics(), LOW, 900.0, CFG)
     assert wanted(state, 900.0, CFG)  # suspicious: canary_soon
     assert not wanted(state, 900.0, CFG.model_copy(update={"confirm": "none"}))
+    engine.scale = 0.6
+    state, _ = observe(state, engine.metrics(), CALM, 1000.0, CFG)
+    state, _ = judge(state, canary(engine, 1000.0), CFG)
+    assert state.low_streak == 1 and state.suspicious_since is None
+    assert wanted(state, 1300.0, CFG)  # a low canary is reason enough to look again soon

@@ -197,11 +197,14 @@ def observe(
 
 
 def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
-    """A canary is owed (its interval, shorter while suspicious, has passed), idle or not: the
-    daemon then looks every tick, so a short idle spell is not missed."""
+    """A canary is owed (its interval, ``canary_soon`` while suspicious or once a canary was
+    low, has passed), idle or not: the daemon then looks every tick, so a short idle spell is
+    not missed."""
     if cfg.confirm != "canary":
         return False
-    gap = cfg.canary_soon if state.suspicious_since is not None else cfg.canary_interval
+    # a low passive estimate, or a low canary a streak has begun on: the next one sooner
+    doubt = state.suspicious_since is not None or state.low_streak > 0
+    gap = cfg.canary_soon if doubt else cfg.canary_interval
     if state.last_valid is not None and t - state.last_valid < gap:
         return False
     # a discarded canary is retried, but not before the engine has idled once more

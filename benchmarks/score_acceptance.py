@@ -11,10 +11,11 @@ does, through the daemon's own decisions (``canary.on_scrape`` / ``on_canary``);
 is due it is taken from the day's model at that moment (``traces.canary_round``). It prints,
 per law and decay model: restarts per healthy day, the share of decays caught, minutes from the
 moment the decay has taken 20 % of the acceptance to the restart, and the canary's cost
-(canaries and GPU-seconds per healthy day). The same days scored with ``confirm = "none"`` (the
-passive estimate alone) are printed next to them. Targets (issue 13): 0 restarts per healthy
-day under every law; >= 95 % of whole-draft and per-token decays caught; median <= 45 min.
-A report, not a test: it never fails.
+(canaries and GPU-seconds per healthy day, at the field's single-request pace per class, and
+the user requests expected to arrive while one runs). The same days scored with ``confirm =
+"none"`` (the passive estimate alone) are printed next to them. Targets (issue 13): 0 restarts
+per healthy day under every law; >= 95 % of whole-draft and per-token decays caught; median
+<= 45 min. A report, not a test: it never fails.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from sparkwarden import canary, metrics  # noqa: E402
 from sparkwarden.acceptance import AcceptanceState  # noqa: E402
 from sparkwarden.config import AcceptanceConfig, load  # noqa: E402
-from tests.traces import DECAYS, LAWS, canary_round, lines, random_day  # noqa: E402
+from tests.traces import DECAYS, LAWS, REQUEST_S, canary_round, lines, random_day  # noqa: E402
 
 #: the daemon scrapes /metrics this often (min(health.interval, 30 s))
 SCRAPE_S = 30.0
@@ -54,7 +55,7 @@ def score_day(job: Job) -> dict[str, Any]:
     fires: list[float] = []
     passive_fires: list[float] = []
     canaries = 0
-    gpu_s = 0.0
+    gpu_s = users_during = 0.0
     for line in lines(scenario):
         t = float(line["t"])  # type: ignore[arg-type]
         try:
@@ -70,7 +71,10 @@ def score_day(job: Job) -> dict[str, Any]:
             created = engine.spec.created if engine is not None and engine.spec else None
             taken = canary_round(scenario, t, created, cfg.canary_prompts, cfg.canary_max_tokens)
             canaries += 1
-            gpu_s += sum(r.seconds for r in taken.readings)
+            seconds = sum(r.seconds for r in taken.readings)
+            gpu_s += seconds
+            hour = int((t % 86400) / 3600) % 24
+            users_during += scenario.load.get(hour, 0.0) / REQUEST_S * seconds
             decided = canary.on_canary(passive, state, taken, cfg)
             state = decided.canary
         if decided.fire:
@@ -95,6 +99,7 @@ def score_day(job: Job) -> dict[str, Any]:
         "passive": outcome(passive_fires),
         "canaries": canaries,
         "canary_gpu_s": gpu_s,
+        "users_during_canaries": users_during,
     }
 
 
@@ -147,6 +152,9 @@ def main() -> int:
                 "passive_alone": summarise(healthy, "passive"),
                 "canaries_per_day": statistics.mean(r["canaries"] for r in healthy),
                 "canary_gpu_s_per_day": round(statistics.mean(r["canary_gpu_s"] for r in healthy)),
+                "users_arriving_during_a_canary_per_day": round(
+                    statistics.mean(r["users_during_canaries"] for r in healthy), 2
+                ),
                 "canary_s_each": round(
                     sum(r["canary_gpu_s"] for r in healthy)
                     / max(1, sum(r["canaries"] for r in healthy)),

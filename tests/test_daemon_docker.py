@@ -217,6 +217,10 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     )
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    wait_for(
+        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
+    )
+    # recorded from after the baseline was learnt: record still writes the baseline's canary
     trace = daemon.config.parent / "day.jsonl"
     recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)

@@ -154,6 +154,8 @@ class CanaryState:
     note: str = "no canary yet"
     #: the last canary taken, valid or not: status shows it and ``record`` keeps it
     last_round: Round | None = None
+    #: the canary the baseline was learnt from: ``record``, started later, still writes it
+    baseline_round: Round | None = None
 
     @property
     def suspicious(self) -> bool:
@@ -335,6 +337,8 @@ def judge(
         if (base := state.baseline_of(r.prompt))
     ]
     state = replace(state, baseline=state.baseline + tuple(learn))
+    if learn and state.baseline_round is None:
+        state = replace(state, baseline_round=canary)
     if not judged:
         shown = ", ".join(f"{p} {a:.1%}" for p, a in learn)
         return replace(state, note=f"canary baseline learnt: {shown}"), None
@@ -386,6 +390,9 @@ def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, A
         "last_valid": state.last_valid,
         "note": status_note(state, t, cfg),
         "round": state.last_round.to_json() if state.last_round is not None else None,
+        "baseline_round": (
+            state.baseline_round.to_json() if state.baseline_round is not None else None
+        ),
     }
 
 

@@ -36,13 +36,18 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     end = None if duration is None else time.monotonic() + duration
     written = failed = 0
     status_file = config.state.dir / status_mod.STATUS_FILE
-    last_canary = latest_canary(status_mod.read(status_file))  # taken before we began: not ours
+    last_canary: dict[str, Any] | None = None
     print(
         f"sparkwarden record: {config.llm.base_url}/metrics every {interval:g}s into {out}",
         flush=True,
     )
     try:
         with out.open("a") as trace:
+            # the daemon's baseline canary first: without it a replay would learn another one
+            first = canary_of(status_mod.read(status_file), "baseline_round")
+            if first is not None:
+                trace.write(json.dumps({"t": first["t"], "canary": first}) + "\n")
+                last_canary = first
             while not stop.is_set() and (end is None or time.monotonic() < end):
                 began = time.monotonic()
                 text = vllm.metrics(timeout=min(10.0, interval))
@@ -53,7 +58,7 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
                     line = {"t": round(time.time(), 3), "metrics": metrics.keep_recorded(text)}
                     trace.write(json.dumps(line) + "\n")
                     written += 1
-                canary = latest_canary(status_mod.read(status_file))
+                canary = canary_of(status_mod.read(status_file), "round")
                 if canary is not None and canary != last_canary:
                     trace.write(json.dumps({"t": canary["t"], "canary": canary}) + "\n")
                     last_canary = canary
@@ -68,8 +73,9 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     return 0
 
 
-def latest_canary(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The last drafting canary a daemon's status snapshot shows, if any."""
+def canary_of(snapshot: dict[str, Any] | None, which: str) -> dict[str, Any] | None:
+    """A drafting canary a daemon's status snapshot shows (``round``: the last one taken;
+    ``baseline_round``: the one its baseline was learnt from), if any."""
     canary = ((snapshot or {}).get("acceptance") or {}).get("canary") or {}
-    found = canary.get("round")
+    found = canary.get(which)
     return found if isinstance(found, dict) else None

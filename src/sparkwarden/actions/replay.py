@@ -56,7 +56,8 @@ def run(config: Config, path: Path, as_json: bool) -> int:
     cfg = config.acceptance
     fires: list[dict[str, Any]] = []
     windows = canaries = 0
-    for decided in canary.replay(items(path), cfg):
+    # a canary is written when record sees it, after scrapes taken while it ran: time order
+    for decided in canary.replay(sorted(items(path), key=lambda item: item[0]), cfg):
         passive, state = decided.passive, decided.canary
         windows = passive.windows
         taken = decided.by == "canary"

@@ -51,10 +51,11 @@ def score_day(job: Job) -> dict[str, Any]:
         seed, decay_kind is not None, law, decay_kind or "whole", kv_signal=kv_signal
     )
     scenario.interval = SCRAPE_S
+    scenario.idle_spell = cfg.canary_idle + 5.0  # and a tick of the loop to see it
     passive, state = AcceptanceState(), canary.CanaryState()
     fires: list[float] = []
     passive_fires: list[float] = []
-    canaries = 0
+    canaries = discarded = 0
     gpu_s = users_during = 0.0
     for line in lines(scenario):
         t = float(line["t"])  # type: ignore[arg-type]
@@ -71,6 +72,7 @@ def score_day(job: Job) -> dict[str, Any]:
             created = engine.spec.created if engine is not None and engine.spec else None
             taken = canary_round(scenario, t, created, cfg.canary_prompts, cfg.canary_max_tokens)
             canaries += 1
+            discarded += not taken.valid
             seconds = sum(r.seconds for r in taken.readings)
             gpu_s += seconds
             hour = int((t % 86400) / 3600) % 24
@@ -98,6 +100,7 @@ def score_day(job: Job) -> dict[str, Any]:
         "canary": outcome(fires),
         "passive": outcome(passive_fires),
         "canaries": canaries,
+        "discarded": discarded,
         "canary_gpu_s": gpu_s,
         "users_during_canaries": users_during,
     }
@@ -151,6 +154,7 @@ def main() -> int:
                 "canary": summarise(healthy, "canary"),
                 "passive_alone": summarise(healthy, "passive"),
                 "canaries_per_day": statistics.mean(r["canaries"] for r in healthy),
+                "discarded_per_day": statistics.mean(r["discarded"] for r in healthy),
                 "canary_gpu_s_per_day": round(statistics.mean(r["canary_gpu_s"] for r in healthy)),
                 "users_arriving_during_a_canary_per_day": round(
                     statistics.mean(r["users_during_canaries"] for r in healthy), 2

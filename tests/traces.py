@@ -20,7 +20,7 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sparkwarden.canary import Reading, Round
@@ -81,6 +81,20 @@ def decayed(alpha0: float, law: Law, kind: str, left: float, single: bool = Fals
     return [p * left for p in healthy]
 
 
+#: an idle spell long enough for a canary: ``canary_idle`` (20 s) and a tick to see it
+IDLE_SPELL = 25.0
+#: a request lasts about this long (a few hundred tokens at 25-80 tok/s)
+REQUEST_S = 20.0
+
+
+def idle_rate(load: float, spell: float = IDLE_SPELL) -> float:
+    """Idle spells of at least ``spell`` seconds per second, with ``load`` requests running on
+    average: Poisson arrivals (rate load/REQUEST_S), the engine idle a share exp(-load) of the
+    time, and a spell outlasting ``spell`` with probability exp(-rate x spell)."""
+    arrivals = load / REQUEST_S
+    return arrivals * math.exp(-load) * math.exp(-arrivals * spell)
+
+
 @dataclass
 class Scenario:
     """A day of traffic; ``mix[h]`` and ``load[h]`` are per hour of the day (0-23)."""
@@ -105,6 +119,7 @@ class Scenario:
     #: True: idle spells long enough for a canary come at ``idle_rate(load)``; each shows as
     #: two idle scrapes ``IDLE_SPELL`` apart; False: the gauges follow the load
     idle_gaps: bool = False
+    idle_spell: float = IDLE_SPELL
 
     def decay(self, hours_in: float) -> float:
         if self.decay_onset is None or hours_in < self.decay_onset:
@@ -117,20 +132,6 @@ class Scenario:
         if self.decay_onset is None or fraction > self.decay_drop:
             return None
         return self.decay_onset + self.decay_hours * fraction / self.decay_drop
-
-
-#: an idle spell long enough for a canary (``canary_idle`` and a few seconds to see it)
-IDLE_SPELL = 25.0
-#: a request lasts about this long (a few hundred tokens at 25-80 tok/s)
-REQUEST_S = 20.0
-
-
-def idle_rate(load: float) -> float:
-    """Idle spells of at least ``IDLE_SPELL`` per second, with ``load`` requests running on
-    average: Poisson arrivals (rate load/REQUEST_S), the engine idle a share exp(-load) of the
-    time, and a spell outlasting IDLE_SPELL with probability exp(-rate x IDLE_SPELL)."""
-    arrivals = load / REQUEST_S
-    return arrivals * math.exp(-load) * math.exp(-arrivals * IDLE_SPELL)
 
 
 def _count(rng: random.Random, mean: float) -> float:
@@ -203,7 +204,7 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
         )
         text = exposition(counters, MODEL)
         if spell:  # the daemon, wanting a canary, looks every few seconds: it saw the spell begin
-            yield {"t": t - IDLE_SPELL, "metrics": text}
+            yield {"t": t - s.idle_spell, "metrics": text}
         yield {"t": t, "metrics": text}
 
 
@@ -243,6 +244,16 @@ def canary_round(
                 seconds=drafts * step_s,
             )
         )
+    # a user who arrives while it runs spoils it (the daemon discards it and tries again)
+    hour = int((t % 86400) / 3600) % 24
+    arrivals = s.load.get(hour, 0.0) / REQUEST_S
+    if random.Random(f"{s.seed}|{t}").random() > math.exp(
+        -arrivals * sum(r.seconds for r in readings)
+    ):
+        spoilt = replace(
+            readings[-1], valid=False, why="other requests running or waiting after it"
+        )
+        readings[-1] = spoilt
     return Round(t, tuple(readings), created)
 
 

@@ -125,13 +125,6 @@ class Round:
 
 
 @dataclass(frozen=True)
-class Fire:
-    t: float
-    health: float
-    why: str
-
-
-@dataclass(frozen=True)
 class CanaryState:
     #: the engine start (counters' ``_created``) the baseline belongs to, and the last counters
     #: seen, to tell a restarted engine
@@ -318,7 +311,7 @@ def take(
 
 def judge(
     state: CanaryState, canary: Round, cfg: AcceptanceConfig
-) -> tuple[CanaryState, Fire | None]:
+) -> tuple[CanaryState, acceptance.Fire | None]:
     """One canary's verdict: discarded, learnt as the baseline, or judged against it."""
     t = canary.t
     state = replace(state, last_try=t, last_round=canary)
@@ -360,7 +353,9 @@ def judge(
         f"drafting canary at {health:.2f} of its baseline, below {cfg.fraction:g}, for "
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
-    return replace(state, low_streak=0), Fire(t, health, why)
+    now = statistics.mean(a for _, a, _ in judged)
+    then = statistics.mean(a / h for _, a, h in judged)
+    return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
 
 
 def tell(state: CanaryState, cfg: AcceptanceConfig) -> tuple[CanaryState, str | None]:

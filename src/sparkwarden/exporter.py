@@ -56,15 +56,15 @@ class SnapshotCollector(Collector):
         for name in STATES:
             state.add_metric([name], 1.0 if current == name else 0.0)
         yield state
-        yield gauge(
+        yield flag(
             "sparkwarden_gave_up",
             "1 when the budget is spent and nothing is done",
-            1.0 if s.get("gave_up") else 0.0,
+            s.get("gave_up"),
         )
-        yield gauge(
+        yield flag(
             "sparkwarden_held",
             "1 while an operator's hold is in force",
-            1.0 if s.get("hold") else 0.0,
+            s.get("hold"),
         )
 
         up = GaugeMetricFamily(
@@ -85,10 +85,10 @@ class SnapshotCollector(Collector):
         yield gauge(
             "sparkwarden_memory_total_bytes", "MemTotal of the host", mem["total_gib"] * GIB
         )
-        yield gauge(
+        yield flag(
             "sparkwarden_memory_below_floor",
             "1 while MemAvailable is under the floor",
-            1.0 if mem.get("below_floor") else 0.0,
+            mem.get("below_floor"),
         )
         # Always present (NaN while unknown), so alert rules and dashboards find them.
         yield gauge(
@@ -112,15 +112,15 @@ class SnapshotCollector(Collector):
             "The drafting canary's acceptance over its baseline (greedy, fixed prompts)",
             known(canary.get("health")),
         )
-        yield gauge(
+        yield flag(
             "sparkwarden_drafting_suspicious",
             "1 while the passive estimate looks low and awaits the canary's word",
-            1.0 if canary.get("suspicious") else 0.0,
+            canary.get("suspicious"),
         )
-        yield gauge(
+        yield flag(
             "sparkwarden_drafting_canary_overdue",
             "1 when suspicious for canary_max_wait without a valid canary (never idle)",
-            1.0 if canary.get("waiting_too_long") else 0.0,
+            canary.get("waiting_too_long"),
         )
         yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget["used"])
@@ -131,10 +131,10 @@ class SnapshotCollector(Collector):
 
         last = s.get("last_run")
         if last:
-            yield gauge(
+            yield flag(
                 "sparkwarden_last_run_ok",
                 "1 when the newest run (running or a dry run too) succeeded",
-                1.0 if last["result"] == "ok" else 0.0,
+                last["result"] == "ok",
             )
             yield gauge(
                 "sparkwarden_last_run_timestamp_seconds",
@@ -180,6 +180,11 @@ def known(value: float | None) -> float:
 
 def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
+
+
+def flag(name: str, help_text: str, on: object) -> GaugeMetricFamily:
+    """A 0/1 gauge."""
+    return gauge(name, help_text, 1.0 if on else 0.0)
 
 
 def serve(listen: str, snapshot: Callable[[], dict[str, Any]]) -> Any:

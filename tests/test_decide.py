@@ -143,6 +143,31 @@ def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
     assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
 
 
+def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
+    from sparkwarden import canary
+    from sparkwarden.metrics import SpecDecode
+
+    on = cfg(acceptance={"enabled": True, "canary_idle": "20s"})
+    spec = SpecDecode(100.0, 500.0, 200.0, (80.0, 50.0, 40.0, 20.0, 10.0), 1.0)
+    idle = Scrape(EngineMetrics(spec, 0.0, 0.0, 300.0), "ok")
+    assert decide.canary_owed(Mind(), T, on)  # the observer reads /metrics every tick
+    mind, intents = decide.on_scrape(Mind(), idle, T, on)
+    mind, intents = decide.on_scrape(mind, idle, T + 25, on)
+    assert do.TakeCanary(T + 25) in intents
+
+    def taken(t: float, accepted: float) -> canary.Round:
+        reading = canary.Reading("math", True, "valid", 40.0, 200.0, accepted, (0.5,), 1.0)
+        return canary.Round(t, (reading,), 1.0)
+
+    mind, intents = decide.on_canary(mind, taken(T + 25, 100.0), "vllm", on)
+    assert "drafting_canary" in events(intents) and mind.canary.baseline == (("math", 0.5),)
+    mind, _ = decide.on_canary(mind, taken(T + 400, 40.0), "vllm", on)
+    assert mind.pending is None  # one low canary is not enough
+    mind, intents = decide.on_canary(mind, taken(T + 800, 40.0), "vllm", on)
+    assert mind.pending is not None and mind.pending.reason == "acceptance"
+    assert mind.pending.why.startswith("drafting canary at 0.40")
+
+
 # --- the gates -----------------------------------------------------------------------------------
 
 

@@ -130,8 +130,9 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
     return mind, intents + more
 
 
-def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
-    """One look at the box: the memory floor, uptime, acceptance and health."""
+def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What Docker and the host said: the memory floor and uptime. The loop acts on this before
+    it reads the engine, so a floor pauses voice without waiting on slow HTTP reads."""
     t = seen.t
     intents: list[Intent] = []
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
@@ -148,6 +149,14 @@ def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     if why := triggers.uptime_due(seen.active if seen.running else None, now, cfg.watch.max_uptime):
         mind, more = want(mind, "uptime", why, t)
         intents += more
+    return mind, intents
+
+
+def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What the engine said, when its reads were due: acceptance and health."""
+    t = seen.t
+    intents: list[Intent] = []
+    now = datetime.fromtimestamp(t, UTC)
     if seen.scrape is not None:
         mind, more = on_scrape(mind, seen.scrape, t, cfg)
         intents += more
@@ -293,10 +302,15 @@ Verdict = Literal["none", "dropped", "wait", "go"]
 def _admit(
     mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
 ) -> tuple[Mind, list[Intent], Verdict]:
-    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget."""
+    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
+
+    It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
+    ones keep the restart waiting, so a loop that forgot to read them again restarts nothing."""
     pending = mind.pending
     if pending is None:
         return mind, [], "none"
+    if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
+        return mind, [], "wait"
     intents: list[Intent] = []
     hold = facts.hold
     if hold is not None and hold.over(t):
@@ -363,8 +377,10 @@ def gate(
         if sample is not None:
             mind, more = on_scrape(mind, sample, t, cfg)
             intents += more
-        engine = sample.engine if sample is not None else None
-        drain, go = triggers.drain_observe(drain, engine, t, cfg.drain)
+        if sample is None:  # no reading this pass (Docker did not answer): not known quiet
+            drain, go = triggers.drain_blind(drain, t, cfg.drain)
+        else:
+            drain, go = triggers.drain_observe(drain, sample.engine, t, cfg.drain)
         mind = replace(mind, pending=replace(pending, drain=drain))
         if go is None:
             return mind, intents

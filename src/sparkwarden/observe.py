@@ -8,7 +8,7 @@ the chat canary are next due) and the last of each reading, for the status snaps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
@@ -107,9 +107,8 @@ class Observer:
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
 
-    def tick(self, t: float, last_container: str | None, eager: bool = False) -> Observation:
-        """Docker and memory every tick; /metrics and /health when due and the LLM runs
-        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell)."""
+    def look(self, t: float, last_container: str | None) -> Observation:
+        """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
         active, error = None, ""
@@ -118,7 +117,12 @@ class Observer:
             active = choose_active(states, last_container)
         except SparkwardenError as exc:
             error = str(exc)
-        seen = Observation(t, active, error, self.parts.host.memory())
+        return Observation(t, active, error, self.parts.host.memory())
+
+    def engine(self, seen: Observation, eager: bool = False) -> Observation:
+        """The look, with /metrics and /health added when they are due and the LLM runs
+        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell)."""
+        cfg, t = self.config, seen.t
         if not seen.running:
             return seen
         scrape = check = None
@@ -128,7 +132,7 @@ class Observer:
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
             check = self._check_health(t)
-        return Observation(t, active, error, seen.memory, scrape, check)
+        return replace(seen, scrape=scrape, check=check)
 
     def scrape(self) -> Scrape:
         self.lease(self.config.health.timeout + MARGIN)

@@ -22,8 +22,9 @@ Pages (``tests/fixtures/vllm/<version>/``): ``k1``, ``k5``, ``k15`` (one engine)
 ``multiproc`` (``PROMETHEUS_MULTIPROC_DIR`` set, as with ``api_server_count > 1``: no
 ``_created``), ``no-stats`` (``--disable-log-stats``: no logger, only process series),
 ``trimmed`` (K=5, the drafter of ``k5``, but half the drafts are cut to 2 tokens,
-as the scheduler does under a token budget or near ``max_model_len``) and ``trimmed-decayed``
-(the same trimming with half the drafts spoilt). Deterministic: a seeded RNG and a fixed clock.
+as the scheduler does under a token budget or near ``max_model_len``), ``trimmed-light`` (8 %
+of the drafts cut to 2), and both again with half the drafts spoilt (``...-decayed``).
+Deterministic: a seeded RNG, and process figures, pids and creation times pinned.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,6 +68,8 @@ PAGES: dict[str, tuple[int, int, bool, float, float]] = {
     "no-stats": (0, 0, False, 0.0, 0.0),
     "trimmed": (5, 1, False, 0.5, 0.0),
     "trimmed-decayed": (5, 1, False, 0.5, 0.5),
+    "trimmed-light": (5, 1, False, 0.08, 0.0),
+    "trimmed-light-decayed": (5, 1, False, 0.08, 0.5),
 }
 DRAFTS = 4000
 TRIM_TO = 2
@@ -233,11 +237,24 @@ def make_page(root: Path, version: str, page: str) -> str:
                 iteration.num_prompt_tokens = prompt
             logger.record(scheduler, iteration, engine_idx=engine)
     if multiproc:
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        collector = multiprocess.MultiProcessCollector(None)
+        registry = CollectorRegistry()  # files are read in directory order: sort for a steady page
+        registry.register(Sorted(collector))
     else:
         registry = prometheus_client.REGISTRY
     return _steady(generate_latest(registry).decode())
+
+
+class Sorted:
+    """A collector's families in name order, each family's samples in order."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def collect(self) -> Any:
+        for family in sorted(self.inner.collect(), key=lambda f: f.name):
+            family.samples.sort(key=lambda s: (s.name, sorted(s.labels.items())))
+            yield family
 
 
 def _accepted(rng: random.Random, length: int, spoilt: bool) -> int:
@@ -259,6 +276,8 @@ def _steady(text: str) -> str:
         if line.startswith(("process_", "python_gc_")) and not line.startswith("# "):
             name, _, _ = line.rpartition(" ")
             line = f"{name} 0.0"
+        elif 'pid="' in line:  # the multiprocess registry labels some gauges with the writer's pid
+            line = re.sub(r'pid="\d+"', 'pid="1"', line)
         elif "_created{" in line and not line.startswith("# "):
             name, _, _ = line.rpartition(" ")
             line = f"{name} 1.7643456e+09"

@@ -4,11 +4,14 @@ read by sparkwarden's parser: every version, every K, two engines, the multiproc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from sparkwarden.acceptance import score
+from sparkwarden.acceptance import AcceptanceState, observe, score
+from sparkwarden.config import AcceptanceConfig
+from sparkwarden.draftshape import healthy_share
 from sparkwarden.metrics import EngineMetrics, NoStats, SpecDecode, parse
 
 PAGES = Path(__file__).parent / "fixtures" / "vllm"
@@ -24,9 +27,10 @@ def page(version: str, name: str) -> EngineMetrics:
 
 def test_every_version_has_every_page() -> None:
     assert sorted(p.name for p in PAGES.iterdir()) == list(VERSIONS)
-    names = {"k1", "k5", "k15", "two-engines", "multiproc", "no-stats", "trimmed"}
+    names = {"k1", "k5", "k15", "two-engines", "multiproc", "no-stats", "trimmed", "trimmed-light"}
+    names |= {"trimmed-decayed", "trimmed-light-decayed"}
     for version in VERSIONS:
-        assert names | {"trimmed-decayed"} == {p.stem for p in (PAGES / version).iterdir()}
+        assert names == {p.stem for p in (PAGES / version).iterdir()}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -86,3 +90,44 @@ def test_trimmed_pages_are_short_of_tokens(version: str) -> None:
     assert m.spec is not None and m.spec.drafts == DRAFTS
     # half the drafts cut to 2 of 5 tokens: about 3 / 5 * 1/2 of the slots missing
     assert 0.25 < 1 - m.spec.draft_tokens / (DRAFTS * 5) < 0.35
+
+
+def _score(version: str, name: str) -> float | None:
+    m = page(version, name)
+    assert m.spec is not None
+    scored = score(ZERO, m.spec)
+    return None if scored is None else scored[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_trimming_under_load_moved_the_reading_over_all_drafts(version: str) -> None:
+    """Why the divisor matters: per-position rates over all drafts read the trimmed page as a
+    far 'healthier' shape than the same drafter uncut."""
+    cut, whole = page(version, "trimmed").spec, page(version, "k5").spec
+    assert cut is not None and whole is not None
+    over_all = [healthy_share(s.per_pos, s.drafts) for s in (cut, whole)]
+    assert over_all[0] is not None and over_all[1] is not None
+    assert over_all[0] / over_all[1] > 1.25
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_light_trimming_reads_as_the_uncut_drafter_and_decay_still_shows(version: str) -> None:
+    whole, light = _score(version, "k5"), _score(version, "trimmed-light")
+    decayed = _score(version, "trimmed-light-decayed")
+    assert whole is not None and light is not None and decayed is not None
+    assert light == pytest.approx(whole, abs=0.08)
+    assert 0.4 < decayed / whole < 0.6  # half the drafts spoilt
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["trimmed", "trimmed-decayed"])
+def test_heavy_trimming_is_not_read_and_says_so(version: str, name: str) -> None:
+    m = page(version, name)
+    assert m.spec is not None
+    assert score(ZERO, m.spec) is None
+    cfg = AcceptanceConfig(window=60, min_draft_tokens=100)
+    zero = EngineMetrics(replace(ZERO, created=m.spec.created), 0.0, 0.0, 0.0)
+    state, _ = observe(AcceptanceState(), zero, 0.0, cfg)
+    state, fire = observe(state, m, 120.0, cfg)
+    assert fire is None and state.windows == 0  # the window stays open
+    assert "% of draft slots trimmed under load" in state.note

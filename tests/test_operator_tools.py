@@ -57,11 +57,30 @@ def test_doctor_finds_the_traps_on_real_containers(
         init=True,
         volumes={str(cache): {"bind": "/root/.cache/vllm", "mode": "rw"}},
     )
+    etc = tmp_path / "etc-vllm"
+    etc.mkdir()
+    (etc / "serve.yaml").write_text(
+        "gpu-memory-utilization: 0.9\ndisable-log-stats: true\nspeculative-config:\n  method: mtp\n"
+    )
+    wrapped, _ = stage.llm(
+        "wrapped",
+        "--config",
+        "/run/vllm/serve.yaml",
+        "--shutdown-timeout",
+        "120",
+        shell=True,
+        stop_timeout=60,
+        volumes={str(etc): {"bind": "/run/vllm", "mode": "ro"}},
+    )
+    hidden, _ = stage.llm("hidden", "--config", "/opt/serve.yaml", start=False)
     healer = stage.voice("tts", labels={"autoheal": "true"})
     quiet = stage.voice("stt")
     missing = stage.name("renamed-away")
     config = make_config(
-        [risky, safe, missing], port, [healer, quiet], memory={"start_min_available_gib": 100000}
+        [risky, safe, missing, wrapped, hidden],
+        port,
+        [healer, quiet],
+        memory={"start_min_available_gib": 100000},
     )
 
     result = run_cli(config, "doctor", "--json")
@@ -80,6 +99,14 @@ def test_doctor_finds_the_traps_on_real_containers(
     assert found[("config", "stop-timeout")]["severity"] == "warning"  # the test config's 10s
     assert found[(safe, "gpu-memory-utilization")]["severity"] == "info"
     assert not [k for k, f in found.items() if k[0] in (safe, quiet) and f["severity"] != "info"]
+    # sh -c "...": the --config YAML read through the container's mount on the host
+    assert stage.attrs(wrapped)["Config"]["Cmd"][:2] == ["sh", "-c"]
+    assert found[(wrapped, "gpu-memory-utilization")]["severity"] == "error"
+    assert "mtp" in found[(wrapped, "drafter-scratch")]["message"]
+    assert found[(wrapped, "disable-log-stats")]["severity"] == "error"
+    assert found[(wrapped, "shutdown-timeout")]["severity"] == "error"  # the test config's 10s
+    assert found[(wrapped, "container-shutdown-timeout")]["severity"] == "warning"  # 60 < 150
+    assert "on no mount" in found[(hidden, "config-file")]["message"]
 
     text = run_cli(config, "doctor")
     assert text.returncode == 1 and "ERROR" in text.stdout and "fix: docker update" in text.stdout

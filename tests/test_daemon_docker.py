@@ -432,3 +432,24 @@ def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
     time.sleep(3)
     assert len(third.history()) == 1, "an event already handled must not be replayed"
     assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_without_stats_a_planned_restart_waits_the_whole_drain(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """--disable-log-stats: no request gauges, so nothing says the engine is quiet."""
+    llm, port = stage.llm("llm", "--metrics=no-stats")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm], port, [], watch={"max_uptime": "3s"}, drain={"quiet": "0s", "deadline": "8s"}
+    )
+    status = wait_for("a drain", lambda: (s := daemon.status())["daemon"]["drain"] and s)
+    assert "no request gauges, cannot see the engine idle" in status["daemon"]["drain"]
+    assert "--disable-log-stats" in status["off"]["stall"]
+    assert "--disable-log-stats" in status["off"]["acceptance"]
+    assert "waits the whole drain deadline (8s)" in status["off"]["drain"]
+    text = run_cli(daemon.config, "status").stdout
+    assert "drain:       no request gauges" in text and "off:         stall: " in text
+    run = wait_for("the uptime run", lambda: daemon.runs_with("uptime"), timeout=90)[0]
+    assert run["result"] == "ok"
+    assert "no request gauges: waited the whole drain deadline of 8s" in daemon.text()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.config import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.containers import ContainerState
-from sparkwarden.metrics import EngineMetrics
+from sparkwarden.metrics import EngineMetrics, NoStats, parse
 from sparkwarden.triggers import (
     AUTOMATIC,
     REASONS,
@@ -20,6 +23,7 @@ from sparkwarden.triggers import (
     drain_observe,
     health_observe,
     memory_observe,
+    off,
     uptime_due,
 )
 
@@ -188,8 +192,45 @@ def test_drain_deadline_and_no_gauges() -> None:
     assert go is None
     _, go = drain_observe(state, BUSY, 600, cfg)
     assert go is not None and "deadline" in go
-    _, go = drain_observe(DrainState(started=0), None, 0, cfg)
-    assert go == "no request gauges to wait on"
+
+
+def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
+    """--disable-log-stats: nothing says the engine is quiet, so running chats are not cut."""
+    cfg = DrainConfig(quiet=30, deadline=600)
+    no_gauges = EngineMetrics(None, None, None, None)
+    state, go = drain_observe(DrainState(started=0), None, 0, cfg)
+    assert go is None and "waiting the whole drain deadline (600s left)" in state.note
+    state, go = drain_observe(state, no_gauges, 590, cfg)
+    assert go is None and "(10s left)" in state.note
+    state, go = drain_observe(state, None, 600, cfg)
+    assert go == "no request gauges: waited the whole drain deadline of 600s"
+
+
+LLM = {"containers": ["vllm"], "base_url": "http://127.0.0.1:8000"}
+
+
+def test_off_says_which_triggers_are_off_and_why() -> None:
+    cfg = Config.model_validate(
+        {
+            "llm": LLM,
+            "watch": {"max_uptime": 0},
+            "health": {"canary_interval": 0},
+        }
+    )
+    page = (Path(__file__).parent / "fixtures/vllm/0.33.0/no-stats.prom").read_text()
+    with pytest.raises(NoStats) as caught:
+        parse(page)
+    out = off(cfg, None, str(caught.value), None)
+    assert set(out) == {"uptime", "acceptance", "stall", "drain", "canary"}
+    assert "--disable-log-stats" in out["acceptance"] and "--disable-log-stats" in out["stall"]
+    assert (
+        out["drain"] == "no request gauges: a planned restart waits the whole drain deadline (600s)"
+    )
+    assert off(Config.model_validate({"llm": LLM}), BUSY, "ok", None) == {
+        "acceptance": "no spec-decode counters (no --speculative-config)"
+    }
+    with_spec = parse((Path(__file__).parent / "fixtures/vllm/0.12.0/k5.prom").read_text())
+    assert off(Config.model_validate({"llm": LLM}), with_spec, "ok", True) == {}
 
 
 BUDGET = BudgetConfig(max_runs=3, window=6 * 3600, backoff=120, backoff_max=3600)

@@ -797,6 +797,7 @@ class Daemon:
                 "pid": os.getpid(),
                 "state": self._state_name(),
                 "pending": self.pending.reason if self.pending else None,
+                "drain": self.pending.drain.note if self.pending and self.pending.drain else None,
             },
             "llm": {
                 "container": active.name if active else None,
@@ -822,6 +823,12 @@ class Daemon:
                 "enabled": self.config.acceptance.enabled,
             },
             "metrics": self.metrics_note,
+            "off": triggers.off(
+                self.config,
+                self.engine,
+                self.metrics_note,
+                None if self.acc.method is None else self.acc.method == "shape",
+            ),
             "next_restart": self._next_restart(now),
             "budget": {"used": budget.used, "limit": budget.limit, "why": budget.why},
             "hold": recorded.hold,

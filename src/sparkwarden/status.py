@@ -85,6 +85,8 @@ def format_text(s: dict[str, Any]) -> str:
     else:
         head = f"NOT RUNNING; last known state from {s.get('written_at') or 'nowhere'}"
     lines = [f"sparkwarden: {head}"]
+    if daemon.get("drain"):
+        lines.append(f"drain:       {daemon['drain']}"[:79])
     if s.get("gave_up"):
         g = s["gave_up"]
         lines.append(
@@ -108,6 +110,8 @@ def format_text(s: dict[str, Any]) -> str:
             f"health {'-' if health is None else f'{health:.2f}'}"
         )
         lines.append(f"             {acc.get('note') or '-'}"[:79])
+    for name, why in (s.get("off") or {}).items():
+        lines.append(f"off:         {name}: {why}"[:79])
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Final, Literal
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.config import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.containers import ContainerState
 from sparkwarden.metrics import EngineMetrics
 
@@ -168,25 +168,73 @@ def memory_observe(
 class DrainState:
     started: float
     quiet_since: float | None = None
+    note: str = "waiting for the engine to go idle"
 
 
 def drain_observe(
     state: DrainState, metrics: EngineMetrics | None, t: float, cfg: DrainConfig
 ) -> tuple[DrainState, str | None]:
-    """Go when no request has run or waited for ``quiet``, or at ``deadline`` regardless."""
+    """Go when no request has run or waited for ``quiet``, or at ``deadline`` regardless.
+
+    Without request gauges (``--disable-log-stats``, or a ``/metrics`` that does not answer)
+    nothing says the engine is quiet, so the drain waits its whole deadline rather than cut
+    running chats at once; ``note`` says why, for status."""
     if metrics is None or metrics.running is None:
-        return state, "no request gauges to wait on"
+        left = cfg.deadline - (t - state.started)
+        state = replace(
+            state,
+            quiet_since=None,
+            note=f"no request gauges, cannot see the engine idle: waiting the whole drain "
+            f"deadline ({max(left, 0.0):.0f}s left)",
+        )
+        if left <= 0:
+            return state, f"no request gauges: waited the whole drain deadline of {cfg.deadline:g}s"
+        return state, None
     quiet_since = state.quiet_since
     if metrics.busy:
         quiet_since = None
     elif quiet_since is None:
         quiet_since = t
-    state = replace(state, quiet_since=quiet_since)
+    state = replace(state, quiet_since=quiet_since, note="waiting for the engine to go idle")
     if quiet_since is not None and t - quiet_since >= cfg.quiet:
         return state, f"idle for {t - quiet_since:.0f}s"
     if t - state.started >= cfg.deadline:
         return state, f"drain deadline of {cfg.deadline:g}s reached, going ahead"
     return state, None
+
+
+# --- what is off ---------------------------------------------------------------------------------
+
+
+def off(
+    cfg: Config, metrics: EngineMetrics | None, metrics_note: str, per_position: bool | None
+) -> dict[str, str]:
+    """Each trigger or safeguard that cannot act right now, and why, for status: the ones the
+    config turns off, and the ones the engine's ``/metrics`` leaves blind (``per_position``:
+    whether the acceptance trigger reads per-position counters; None before it knows)."""
+    out: dict[str, str] = {}
+    blind = metrics_note if metrics is None else None
+    if cfg.watch.max_uptime <= 0:
+        out["uptime"] = "watch.max_uptime is 0"
+    if not cfg.acceptance.enabled:
+        out["acceptance"] = "acceptance.enabled is false"
+    elif blind:
+        out["acceptance"] = f"no metrics: {blind}"
+    elif metrics is not None and metrics.spec is None:
+        out["acceptance"] = "no spec-decode counters (no --speculative-config)"
+    elif per_position is False:
+        out["acceptance"] = "watched, not acted on: no per-position counters"
+    if blind or (metrics is not None and metrics.running is None):
+        out["stall"] = f"no request gauges: {blind or 'vllm:num_requests_running missing'}"
+        out["drain"] = (
+            f"no request gauges: a planned restart waits the whole drain deadline "
+            f"({cfg.drain.deadline:g}s)"
+        )
+    if cfg.health.canary_interval <= 0:
+        out["canary"] = "health.canary_interval is 0"
+    if cfg.memory.floor_gib <= 0:
+        out["memory"] = "memory.floor_gib is 0"
+    return out
 
 
 # --- budget --------------------------------------------------------------------------------------

@@ -166,6 +166,15 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
+#: What vLLM's /metrics answers under --disable-log-stats: process series, no vllm: ones.
+NO_STATS = (
+    b"# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+    b"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
+    b"# HELP process_open_fds Number of open file descriptors.\n"
+    b"# TYPE process_open_fds gauge\nprocess_open_fds 61.0\n"
+)
+
+
 def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -220,6 +229,8 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     self._send(404, b'{"detail":"Not Found"}')
                 elif args.metrics == "garbage":
                     self._send(200, b"<html>\x00 this is not prometheus {{{\n", "text/html")
+                elif args.metrics == "no-stats":  # --disable-log-stats: no stat logger at all
+                    self._send(200, NO_STATS, "text/plain; version=0.0.4; charset=utf-8")
                 else:
                     self._send(
                         200,
@@ -331,7 +342,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stop-delay", type=float, default=0.0, help="teardown time after SIGTERM")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     p.add_argument("--spec-decode", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--metrics", default="ok", choices=["ok", "missing", "garbage"])
+    p.add_argument("--metrics", default="ok", choices=["ok", "missing", "garbage", "no-stats"])
     p.add_argument("--k", type=int, default=5, help="draft tokens per draft")
     p.add_argument("--drafts-per-s", type=float, default=40.0)
     p.add_argument("--acceptance", type=float, default=0.6)

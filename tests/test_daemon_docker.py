@@ -453,3 +453,33 @@ def test_without_stats_a_planned_restart_waits_the_whole_drain(
     run = wait_for("the uptime run", lambda: daemon.runs_with("uptime"), timeout=90)[0]
     assert run["result"] == "ok"
     assert "no request gauges: waited the whole drain deadline of 8s" in daemon.text()
+
+
+STALL = {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "stall_after": "3s"}
+
+
+def test_a_stuck_gauge_on_a_working_engine_is_reported_not_restarted(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """num_requests_running stuck above 0, no tokens move (vLLM #22545): one chat request
+    (sent although the engine looks busy and the canary is off) is answered, so no restart."""
+    llm, port = stage.llm("llm", "--stuck-gauge", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "5s"})
+    status = wait_for(
+        "a stuck gauge", lambda: "stuck gauge" in (s := daemon.status())["llm"]["health"] and s
+    )
+    assert "yet a chat request was answered" in status["llm"]["health"]
+    assert '"stall_suspected"' in daemon.text() and '"stuck_gauge"' in daemon.text()
+    wait_for("a second confirmation", lambda: daemon.text().count('"stall_suspected"') >= 2)
+    assert daemon.runs_with("unhealthy") == []
+
+
+def test_a_stall_confirmed_by_a_hung_chat_restarts(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--stall", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "3s"})
+    wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy", finished=False), timeout=90)
+    log = daemon.text()
+    assert '"stall_suspected"' in log and "generation and prompt tokens frozen" in log
+    assert "a chat request failed too" in log

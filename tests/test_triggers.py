@@ -147,15 +147,56 @@ def test_failing_canary_behind_a_200_counts() -> None:
     assert why is not None and "chat canary" in why
 
 
-def test_stalled_engine_fires_busy_one_does_not() -> None:
+def frozen(
+    running: float = 4.0, generation: float = 5000.0, prompt: float = 9000.0
+) -> EngineMetrics:
+    return EngineMetrics(None, running, 0.0, generation, prompt_tokens=prompt)
+
+
+def test_a_stall_is_confirmed_by_a_failed_chat_before_it_fires() -> None:
     state = HealthState()
     for t in range(0, 330, 30):  # tokens frozen while 4 requests "run"
-        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0))
-    assert why is not None and "stalled" in why
+        state, why = check(state, t, UP, metrics=frozen())
+        assert why is None
+    assert state.suspect is not None and "confirming with a chat request" in state.last
+    hung = ChatOutcome(False, "no answer within 60s")
+    state, why = check(state, 360, UP, metrics=frozen(), canary=hung)
+    assert why is not None and why.startswith("stalled: generation and prompt tokens frozen")
+    assert "a chat request failed too: no answer within 60s" in why
+
+
+def test_a_stuck_gauge_with_a_working_engine_is_reported_not_restarted() -> None:
+    state = HealthState()
+    for t in range(0, 330, 30):
+        state, why = check(state, t, UP, metrics=frozen())
+    answered = ChatOutcome(True, "answered in 0.4s")
+    state, why = check(state, 360, UP, metrics=frozen(), canary=answered)
+    assert why is None and state.suspect is None
+    assert state.stuck_gauge is not None and "stuck gauge" in state.last
+    # the chat moved the counters; the gauge stays stuck: still reported, never a restart
+    for t in range(390, 1500, 30):
+        state, why = check(state, t, UP, metrics=frozen(generation=5001.0, prompt=9012.0))
+        if state.suspect:
+            state, why = check(state, t, UP, metrics=frozen(5001.0, 9012.0), canary=answered)
+        assert why is None
+    assert state.stuck_gauge is not None
+    state, _ = check(state, 1530, UP, metrics=frozen(running=0.0))
+    assert state.stuck_gauge is None  # the gauge came back to 0
+
+
+def test_prompt_tokens_moving_is_not_a_stall() -> None:
+    """A long prefill: no token generated for minutes, but prompt tokens are processed."""
+    state = HealthState()
+    for t in range(0, 600, 30):
+        state, why = check(state, t, UP, metrics=frozen(prompt=9000.0 + 100 * t))
+        assert why is None and state.suspect is None
+
+
+def test_busy_engine_is_not_stalled() -> None:
     state = HealthState()
     for t in range(0, 330, 30):  # tokens flowing: just busy
-        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0 + t))
-        assert why is None
+        state, why = check(state, t, UP, metrics=frozen(generation=5000.0 + t))
+        assert why is None and state.suspect is None
 
 
 def test_memory_floor_alerts_once_per_episode() -> None:

@@ -387,8 +387,9 @@ class Daemon:
         self.watchdog.beat(2 * cfg.health.timeout + cfg.llm.probe_timeout + _MARGIN)
         health: Health = vllm.health(timeout=cfg.health.timeout)
         canary: ChatOutcome | None = None
-        busy = self.engine is not None and self.engine.busy
-        if (
+        busy = self.engine is not None and self.engine.busy and not self.health.stuck_gauge
+        suspect = self.health.suspect is not None  # a stall is confirmed by a chat, busy or not
+        if suspect or (
             cfg.health.canary_interval > 0
             and t >= self.due["canary"]
             and health.status == "up"
@@ -402,6 +403,7 @@ class Daemon:
                 else ChatOutcome(False, "/v1/models names no model")
             )
             self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
+        stuck_before = self.health.stuck_gauge
         self.health, why = triggers.health_observe(
             self.health,
             t=t,
@@ -412,6 +414,10 @@ class Daemon:
             metrics=self.engine,
             cfg=cfg.health,
         )
+        if self.health.suspect and not suspect:
+            log.warning("stall_suspected", why=self.health.suspect)
+        if self.health.stuck_gauge and not stuck_before:
+            log.warning("stuck_gauge", why=self.health.stuck_gauge)
         if why:
             self._want("unhealthy", why, t)
 

@@ -83,8 +83,13 @@ class ExitWatch:
 class HealthState:
     failures: int = 0
     last: str = "not checked yet"
-    generation: float | None = None
-    generation_since: float | None = None
+    #: generation and prompt tokens at the last scrape, and since when they have not moved
+    progress: tuple[float | None, float | None] | None = None
+    progress_since: float | None = None
+    #: why a stall is suspected: the daemon then sends one chat request, even while "busy"
+    suspect: str | None = None
+    #: a request gauge stuck above 0 on an engine that answers (vLLM #22545, #29928)
+    stuck_gauge: str | None = None
 
 
 def health_observe(
@@ -98,31 +103,56 @@ def health_observe(
     metrics: EngineMetrics | None,
     cfg: HealthConfig,
 ) -> tuple[HealthState, str | None]:
-    """One health check: count failures in a row; a busy engine's slow answer is not one."""
+    """One health check: count failures in a row; a busy engine's slow answer is not one.
+
+    A stall is generation *and* prompt tokens frozen for ``stall_after`` while requests run,
+    confirmed by one real chat request: vLLM's ``num_requests_running`` can stay above 0 after
+    every request was aborted (#22545, #29928), and an engine with a stuck gauge still answers.
+    So a suspected stall sets ``suspect`` (the daemon sends the chat at the next check, busy or
+    not); a failed chat restarts, an answered one is reported as a stuck gauge, not restarted."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
     if uptime_s < boot_grace:
         return HealthState(last=f"booting ({uptime_s:.0f}s < grace {boot_grace:g}s)"), None
 
-    generation_since = state.generation_since
-    generation = metrics.generation_tokens if metrics else None
-    if generation is not None and generation != state.generation:
-        generation_since = t
-    stalled = (
+    progress = (
+        (metrics.generation_tokens, metrics.prompt_tokens)
+        if metrics and metrics.generation_tokens is not None
+        else None
+    )
+    since = state.progress_since
+    if progress is not None and progress != state.progress:
+        since = t
+        state = replace(state, suspect=None)
+    if metrics is not None and metrics.running == 0:
+        state = replace(state, stuck_gauge=None)
+    state = replace(state, progress=progress, progress_since=since)
+    frozen = (
         metrics is not None
         and bool(metrics.running)
-        and generation_since is not None
-        and t - generation_since >= cfg.stall_after
+        and since is not None
+        and t - since >= cfg.stall_after
     )
-    state = replace(state, generation=generation, generation_since=generation_since)
-    if stalled:
+    if frozen:
+        running = metrics.running if metrics else 0
         why = (
-            f"stalled: generation_tokens frozen for {t - (generation_since or t):.0f}s "
-            f"with {metrics.running if metrics else 0:g} requests running"
+            f"generation and prompt tokens frozen for {t - (since or t):.0f}s "
+            f"with {running:g} requests running"
         )
-        return replace(state, last=why, failures=0), why
+        if state.suspect is None or canary is None:
+            note = f"suspected stall ({why}): confirming with a chat request"
+            return replace(state, suspect=why, last=note, failures=0), None
+        if not canary.ok:
+            return HealthState(last=f"stalled: {why}"), (
+                f"stalled: {why}; a chat request failed too: {canary.detail}"
+            )
+        note = (
+            f"stuck gauge: {why}, yet a chat request was answered: the engine works "
+            "(vLLM #22545), not restarting"
+        )
+        return replace(state, suspect=None, stuck_gauge=note, progress_since=t, last=note), None
 
-    busy = metrics is not None and metrics.busy
+    busy = metrics is not None and metrics.busy and state.stuck_gauge is None
     failure: str | None = None
     if health is not None and health.status in ("dead", "loading"):
         failure = f"/health: {health.detail}"
@@ -132,7 +162,7 @@ def health_observe(
         failure = f"chat canary: {canary.detail}"
     if failure is None:
         note = "busy: a slow /health is not counted" if health and health.status != "up" else "ok"
-        return replace(state, failures=0, last=note), None
+        return replace(state, failures=0, last=state.stuck_gauge or note), None
     failures = state.failures + 1
     state = replace(state, failures=failures, last=failure)
     if failures >= cfg.failures:

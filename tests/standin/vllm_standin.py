@@ -8,10 +8,11 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
 - ``GET /v1/models``: ``{"object": "list", "data": [{"id": MODEL, ...}]}``.
 - ``POST /v1/chat/completions``: a chat completion, or vLLM's error shapes.
 - ``GET /metrics``: Prometheus text as ``prometheus_client`` writes it, with the spec-decode
-  counters (``_total`` + ``_created``), request gauges and ``generation_tokens``.
+  counters (``_total`` + ``_created``), request gauges, ``prompt_tokens`` and ``generation_tokens``.
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
-chat), crash after N seconds, acceptance decay, stalled engine, ignore SIGTERM, broken metrics.
+chat), crash after N seconds, acceptance decay, stalled engine (chats hang), stuck request gauge
+(chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Engine:
         self.accepted = 0.0
         self.per_pos = [0.0] * args.k
         self.generation = 0.0
+        self.prompt = 0.0
         self.running = args.running
         self.lock = threading.Lock()
         self.chats = 0
@@ -78,7 +80,7 @@ class Engine:
         with self.lock:
             now = time.monotonic()
             dt, self._last = now - self._last, now
-            if self.args.stall:
+            if self.args.stall or self.args.stuck_gauge:
                 return
             drafts = self.args.drafts_per_s * dt
             rate = self.acceptance()
@@ -94,6 +96,7 @@ class Engine:
                 accepted_total += got
             self.accepted += accepted_total
             self.generation += drafts + accepted_total
+            self.prompt += 4 * drafts
 
     def exposition(self) -> str:
         self.advance()
@@ -108,6 +111,7 @@ class Engine:
                     self.running,
                     self.args.waiting,
                     self.created_at,
+                    prompt=self.prompt,
                 ),
                 model=self.args.model,
                 spec_decode=self.args.spec_decode,
@@ -127,6 +131,7 @@ class Counters:
     waiting: float
     created: float
     kv_cache: float = 0.0734
+    prompt: float = 0.0
 
 
 def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
@@ -162,6 +167,7 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     gauge("num_requests_running", "Number of requests in model execution batches.", c.running)
     gauge("num_requests_waiting", "Number of requests waiting to be processed.", c.waiting)
     gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache)
+    counter("prompt_tokens", "Number of prefill tokens processed.", [("", c.prompt)])
     counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
     return "\n".join(out) + "\n"
 
@@ -286,10 +292,14 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     self.wfile.flush()
                     os._exit(1)  # the engine dies on its first message
                 return
+            if args.stall:  # a hung scheduler: the request is taken and never answered
+                time.sleep(3600)
+                return
             max_tokens = int(body.get("max_tokens") or 16)
             text = "ready"
             with engine.lock:
                 engine.generation += 1
+                engine.prompt += 12
             self._json(
                 200,
                 {
@@ -351,7 +361,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--decay-over", type=float, default=60.0)
     p.add_argument("--running", type=float, default=0.0)
     p.add_argument("--waiting", type=float, default=0.0)
-    p.add_argument("--stall", action="store_true", help="generation frozen, requests running")
+    p.add_argument(
+        "--stall", action="store_true", help="tokens frozen, requests running, chats hang"
+    )
+    p.add_argument(
+        "--stuck-gauge",
+        action="store_true",
+        help="no traffic but num_requests_running stuck at --running; chats are answered",
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.

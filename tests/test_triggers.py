@@ -23,6 +23,7 @@ from sparkwarden.triggers import (
     drain_observe,
     health_observe,
     memory_observe,
+    memory_trend,
     off,
     uptime_due,
 )
@@ -301,3 +302,19 @@ def test_backoff_doubles_after_each_failure() -> None:
     assert budget(one, now + 21, 0.0, BUDGET).allowed
     two = [*one, PastRun("unhealthy", "failed", now - 50, now - 50)]
     assert budget(two, now, 0.0, BUDGET).not_before == now - 50 + 240
+
+
+TREND = MemoryConfig(trend_runs=3, trend_fall_gib=2.0)
+
+
+def test_memory_that_keeps_falling_after_stop_and_drop_means_reboot() -> None:
+    leak = memory_trend([100.0, 99.0, 97.5, 95.0], TREND)  # the last 3: 99 -> 97.5 -> 95
+    assert leak is not None and leak.readings == (99.0, 97.5, 95.0) and leak.fall_gib == 4.0
+    assert "fell at each of the last 3 runs, 99.0 -> 95.0 GiB (4.0 GiB" in leak.why
+
+
+def test_memory_trend_needs_every_run_falling_and_enough_of_a_fall() -> None:
+    assert memory_trend([99.0, 97.5], TREND) is None  # too few runs
+    assert memory_trend([99.0, 99.5, 95.0], TREND) is None  # one run got memory back
+    assert memory_trend([99.0, 98.5, 97.5], TREND) is None  # 1.5 GiB: within the noise
+    assert memory_trend([99.0, 97.0, 94.0], MemoryConfig(trend_runs=3, trend_fall_gib=0)) is None

@@ -97,6 +97,7 @@ class Recorded:
 
     hold: dict[str, Any] | None
     gave_up: dict[str, Any] | None
+    reboot_required: dict[str, Any] | None
     budget: triggers.Budget
     last_run: dict[str, Any] | None
     last_container: str | None
@@ -487,6 +488,8 @@ class Daemon:
             refuse = f"held until {until}: {hold.get('reason') or ''}"
         elif self.journal.get("gave_up"):
             refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
+        elif self.journal.get("reboot_required"):
+            refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
         elif self.operator_stopped:
             refuse = f"{self.operator_stopped} was stopped by hand"
         if pending.reason == "schedule" and (fresh := self._fresh(t)):
@@ -517,6 +520,25 @@ class Daemon:
             log.info("drained", reason=pending.reason, why=go)
         self.pending = None
         self._sequence(pending.reason, pending.why)
+
+    def _check_memory_trend(self, subject: str) -> None:
+        """After each run: has what MemAvailable returns to after stop and drop kept falling?"""
+        if self.journal.get("reboot_required"):
+            return
+        # from the operator's last reset only: an operator's run is a stop and drop like any
+        since = float(self.journal.get("memory_trend_from") or 0.0)
+        leak = triggers.memory_trend(self.journal.memory_after_drops(since), self.config.memory)
+        if leak is None:
+            return
+        flag = {
+            "why": leak.why,
+            "available_after_drop_gib": list(leak.readings),
+            "fall_gib": leak.fall_gib,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        self.journal.put("reboot_required", flag)
+        log.error("reboot_required", **flag)
+        self.notify.emit("reboot_required", subject, f"reboot required: {leak.why}", **flag)
 
     def _budget(self, t: float) -> triggers.Budget:
         cfg = self.config.budget
@@ -593,8 +615,9 @@ class Daemon:
         if outcome.ok and reason not in triggers.AUTOMATIC:  # an operator's run clears it all
             self.journal.delete("gave_up")
             self.journal.put("reset_at", time.time())
-        self.recorded = self._reload(time.time())
         subject = outcome.container or "llm"
+        self._check_memory_trend(subject)
+        self.recorded = self._reload(time.time())
         if not outcome.ok:
             self.notify.emit(
                 "run_failed",
@@ -741,6 +764,7 @@ class Daemon:
         return Recorded(
             hold=hold,
             gave_up=self.journal.get("gave_up"),
+            reboot_required=self.journal.get("reboot_required"),
             budget=self._budget(t),
             last_run=runs[0].to_json() if runs else None,
             last_container=self.journal.last_container(),
@@ -771,6 +795,8 @@ class Daemon:
     def _state_name(self) -> str:
         if self.state == "restarting":
             return f"restarting: {self.step_text}" if self.step_text else "restarting"
+        if self.recorded.reboot_required:
+            return "reboot required"
         if self.recorded.gave_up:
             return "gave up"
         if self.state == "idle" and self.recorded.hold:
@@ -839,6 +865,8 @@ class Daemon:
             "budget": {"used": budget.used, "limit": budget.limit, "why": budget.why},
             "hold": recorded.hold,
             "gave_up": recorded.gave_up,
+            "reboot_required": recorded.reboot_required is not None,
+            "memory_trend": recorded.reboot_required,
             "last_run": recorded.last_run,
             "run_counts": recorded.run_counts,
         }
@@ -880,7 +908,9 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
         return {"ok": True}
     if isinstance(request, ResetRequest):
         journal.delete("gave_up")
+        journal.delete("reboot_required")
         journal.put("reset_at", time.time())
+        journal.put("memory_trend_from", time.time())
         log.info("budget_reset")
         return {"ok": True}
     raise SparkwardenError(f"unknown request {request!r}")

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from sparkwarden.adapters.host import GIB
 from sparkwarden.sequence import STEPS
 
-STATES = ("starting", "idle", "draining", "restarting", "held", "gave up")
+STATES = ("starting", "idle", "draining", "restarting", "held", "gave up", "reboot required")
 
 
 class SnapshotCollector(Collector):
@@ -51,6 +51,11 @@ class SnapshotCollector(Collector):
             "sparkwarden_gave_up",
             "1 when the budget is spent and nothing is done",
             1.0 if s.get("gave_up") else 0.0,
+        )
+        yield gauge(
+            "sparkwarden_reboot_required",
+            "1 when MemAvailable after stop and drop kept falling: no restarts until a reboot",
+            1.0 if s.get("reboot_required") else 0.0,
         )
         yield gauge(
             "sparkwarden_held",

@@ -23,12 +23,13 @@ from sparkwarden.config import NotifyTarget
 
 log = logs.get("sparkwarden.notify")
 
-EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor")
+EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor", "reboot_required")
 TITLES: Final = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
 }
 
 
@@ -45,7 +46,7 @@ def payload(target: NotifyTarget, event: Event, host: str) -> dict[str, Any]:
     """The request for one target: keyword arguments for ``httpx.Client.post``."""
     title = TITLES[event.kind]
     if target.kind == "ntfy":
-        priority = "urgent" if event.kind == "gave_up" else "high"
+        priority = "urgent" if event.kind in ("gave_up", "reboot_required") else "high"
         return {
             "content": f"{host}: {event.summary}".encode(),
             "headers": {"Title": title, "Priority": priority, "Tags": "sparkwarden"},

@@ -44,7 +44,11 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def exit_code(snapshot: dict[str, Any]) -> int:
-    if snapshot.get("gave_up") or snapshot.get("llm", {}).get("status") != "running":
+    if (
+        snapshot.get("gave_up")
+        or snapshot.get("reboot_required")
+        or snapshot.get("llm", {}).get("status") != "running"
+    ):
         return EXIT_PROBLEM
     if not snapshot.get("daemon", {}).get("running"):
         return EXIT_NO_DAEMON
@@ -87,6 +91,11 @@ def format_text(s: dict[str, Any]) -> str:
     lines = [f"sparkwarden: {head}"]
     if daemon.get("drain"):
         lines.append(f"drain:       {daemon['drain']}"[:79])
+    if s.get("reboot_required"):
+        trend = s.get("memory_trend") or {}
+        after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
+        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB"[:79])
+        lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
         lines.append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Final, Literal
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
@@ -189,6 +190,38 @@ def memory_observe(
     if not state.alerted and t - since >= cfg.floor_for:
         return MemoryState(since, True), "alert"
     return MemoryState(since, state.alerted), None
+
+
+# --- memory trend --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leak:
+    """MemAvailable after the stop and drop of the last runs (GiB, oldest first), falling."""
+
+    readings: tuple[float, ...]
+    fall_gib: float
+    why: str
+
+
+def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
+    """What ``MemAvailable`` returned to after each stop and drop: falling at every one of the
+    last ``trend_runs`` runs, and by more than ``trend_fall_gib`` in all, is memory the driver
+    never gives back (on GB10 only a reboot returns it; restarting on walks the box into a
+    lock-up). One run that got memory back ends the trend."""
+    if cfg.trend_fall_gib <= 0 or len(readings) < cfg.trend_runs:
+        return None
+    last = readings[-cfg.trend_runs :]
+    falling = all(b < a for a, b in pairwise(last))
+    fall = last[0] - last[-1]
+    if not falling or fall <= cfg.trend_fall_gib:
+        return None
+    why = (
+        f"MemAvailable after stop and drop fell at each of the last {len(last)} runs, "
+        f"{last[0]:.1f} -> {last[-1]:.1f} GiB ({fall:.1f} GiB, more than "
+        f"{cfg.trend_fall_gib:g}): memory that only a reboot returns"
+    )
+    return Leak(tuple(round(r, 2) for r in last), round(fall, 2), why)
 
 
 # --- drain ---------------------------------------------------------------------------------------

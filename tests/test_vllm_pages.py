@@ -12,7 +12,7 @@ import pytest
 from sparkwarden.acceptance import AcceptanceState, observe, score
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.draftshape import healthy_share
-from sparkwarden.metrics import EngineMetrics, NoStats, SpecDecode, parse
+from sparkwarden.metrics import EngineMetrics, NoStats, SpecDecode, keep_recorded, parse
 
 PAGES = Path(__file__).parent / "fixtures" / "vllm"
 VERSIONS = ("0.10.2", "0.12.0", "0.33.0")
@@ -131,3 +131,12 @@ def test_heavy_trimming_is_not_read_and_says_so(version: str, name: str) -> None
     state, fire = observe(state, m, 120.0, cfg)
     assert fire is None and state.windows == 0  # the window stays open
     assert "% of draft slots trimmed under load" in state.note
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_what_record_keeps_reads_the_same(version: str) -> None:
+    """``sparkwarden record`` stores only the series decisions read: the same figures."""
+    for path in sorted((PAGES / version).glob("*.prom")):
+        if path.stem != "no-stats":
+            text = path.read_text()
+            assert parse(keep_recorded(text)) == parse(text), path.name

@@ -318,3 +318,22 @@ def test_memory_trend_needs_every_run_falling_and_enough_of_a_fall() -> None:
     assert memory_trend([99.0, 99.5, 95.0], TREND) is None  # one run got memory back
     assert memory_trend([99.0, 98.5, 97.5], TREND) is None  # 1.5 GiB: within the noise
     assert memory_trend([99.0, 97.0, 94.0], MemoryConfig(trend_runs=3, trend_fall_gib=0)) is None
+
+
+def test_drain_with_a_stuck_gauge_reads_idle_from_the_tokens() -> None:
+    """num_requests_running stuck above 0 (vLLM #22545): without this the drain would wait
+    its whole deadline every time; idle is then no token moving for ``quiet``."""
+    cfg = DrainConfig(quiet=30, deadline=600)
+    state = DrainState(started=0)
+    for t in range(0, 100, 10):  # tokens moving: real work behind the stuck gauge
+        state, go = drain_observe(state, frozen(generation=5000.0 + t), t, cfg, stuck_gauge=True)
+        assert go is None
+    assert "request gauge stuck" in state.note
+    for t in range(100, 140, 10):  # nothing moves
+        state, go = drain_observe(state, frozen(generation=5090.0), t, cfg, stuck_gauge=True)
+    assert go == "idle for 30s"
+    # the same gauges, not known to be stuck: a busy engine, wait to the deadline
+    state = DrainState(started=0)
+    for t in range(0, 600, 10):
+        state, go = drain_observe(state, frozen(), t, cfg)
+        assert go is None

@@ -513,7 +513,11 @@ class Daemon:
             if self.active is not None:
                 self._scrape(t)
             pending.drain, go = triggers.drain_observe(
-                pending.drain, self.engine, t, self.config.drain
+                pending.drain,
+                self.engine,
+                t,
+                self.config.drain,
+                stuck_gauge=self.health.stuck_gauge is not None,
             )
             if go is None:
                 return

@@ -232,16 +232,22 @@ class DrainState:
     started: float
     quiet_since: float | None = None
     note: str = "waiting for the engine to go idle"
+    progress: tuple[float | None, float | None] | None = None
 
 
 def drain_observe(
-    state: DrainState, metrics: EngineMetrics | None, t: float, cfg: DrainConfig
+    state: DrainState,
+    metrics: EngineMetrics | None,
+    t: float,
+    cfg: DrainConfig,
+    stuck_gauge: bool = False,
 ) -> tuple[DrainState, str | None]:
     """Go when no request has run or waited for ``quiet``, or at ``deadline`` regardless.
 
     Without request gauges (``--disable-log-stats``, or a ``/metrics`` that does not answer)
     nothing says the engine is quiet, so the drain waits its whole deadline rather than cut
-    running chats at once; ``note`` says why, for status."""
+    running chats at once; ``note`` says why, for status. With ``num_requests_running`` known
+    to be stuck (:class:`HealthState`), idle is read from the tokens instead: none moving."""
     if metrics is None or metrics.running is None:
         left = cfg.deadline - (t - state.started)
         state = replace(
@@ -254,11 +260,18 @@ def drain_observe(
             return state, f"no request gauges: waited the whole drain deadline of {cfg.deadline:g}s"
         return state, None
     quiet_since = state.quiet_since
-    if metrics.busy:
+    progress = (metrics.generation_tokens, metrics.prompt_tokens)
+    note = "waiting for the engine to go idle"
+    busy = metrics.busy
+    if stuck_gauge and metrics.generation_tokens is not None:
+        moved = state.progress is None or progress != state.progress
+        busy = bool(metrics.waiting) or moved
+        note = "request gauge stuck: waiting for the tokens to stop moving"
+    if busy:
         quiet_since = None
     elif quiet_since is None:
         quiet_since = t
-    state = replace(state, quiet_since=quiet_since, note="waiting for the engine to go idle")
+    state = replace(state, quiet_since=quiet_since, note=note, progress=progress)
     if quiet_since is not None and t - quiet_since >= cfg.quiet:
         return state, f"idle for {t - quiet_since:.0f}s"
     if t - state.started >= cfg.deadline:

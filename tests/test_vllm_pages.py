@@ -140,3 +140,18 @@ def test_what_record_keeps_reads_the_same(version: str) -> None:
         if path.stem != "no-stats":
             text = path.read_text()
             assert parse(keep_recorded(text)) == parse(text), path.name
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.33.0"])
+def test_without_created_a_restart_shows_as_counters_going_back(version: str) -> None:
+    """The multiprocess registry (api_server_count > 1) has no _created: counters lower than
+    the last scrape's are then the only sign of a restarted engine."""
+    before = page(version, "multiproc")
+    fresh = page(version, "k5")
+    assert before.spec is not None and before.spec.created is None and fresh.spec is not None
+    after = replace(fresh, spec=replace(fresh.spec, created=None))
+    cfg = AcceptanceConfig(window=60, min_draft_tokens=100)
+    state, _ = observe(AcceptanceState(), before, 0.0, cfg)
+    state, _ = observe(state, after, 30.0, cfg)
+    assert state.note == "counters reset: learning a new baseline"
+    assert state.anchor == after.spec

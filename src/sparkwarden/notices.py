@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-Notice = Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "drafting_suspect"]
+Notice = Literal[
+    "run_failed",
+    "gave_up",
+    "crash_recovered",
+    "memory_floor",
+    "drafting_suspect",
+    "reboot_required",
+]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
     "run_failed": "sparkwarden: restart failed",
@@ -12,4 +19,5 @@ TITLES: Final[dict[Notice, str]] = {
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
     "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
+    "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
 }

@@ -96,6 +96,7 @@ class LlmConfig(_Section):
     poll_interval: PositiveDuration = 1.0
     api_key_file: Path | None = None
     model: str | None = None
+    restart_policy: Literal["take-over", "leave"] = "take-over"
 
     @field_validator("containers")
     @classmethod
@@ -255,11 +256,14 @@ class NotifyTarget(_Section):
     kind: Literal["webhook", "ntfy", "slack"] = "webhook"
     url_file: Path | None = None
     url_env: str | None = None
-    events: list[Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]] = [
+    events: list[
+        Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "policy_taken_over"]
+    ] = [
         "run_failed",
         "gave_up",
         "crash_recovered",
         "memory_floor",
+        "policy_taken_over",
     ]
     min_interval: Duration = 600.0
 

@@ -15,12 +15,22 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any
 
-from sparkwarden import acceptance, exporter, faults, logs, metrics, notify, sequence, triggers
+from sparkwarden import (
+    acceptance,
+    exporter,
+    faults,
+    logs,
+    metrics,
+    notify,
+    restart_policy,
+    sequence,
+    triggers,
+)
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import Notifier, Watchdog
@@ -149,6 +159,8 @@ class Daemon:
         self.health = triggers.HealthState()
         self.mem_state = triggers.MemoryState()
         self.exits: dict[str, triggers.ExitWatch] = {}
+        self.policies_taken: dict[str, Any] = self.journal.get(restart_policy.TAKEN) or {}
+        self.policy_report: dict[str, Any] = {}
         self.pending: Pending | None = None
         self.last_sequence_end = 0.0
         self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
@@ -305,20 +317,24 @@ class Daemon:
             self.health = triggers.HealthState()
         if event.action != "die":
             return
-        kind = watch.classify_die(event.t, self.config.llm.stop_timeout + 15)
-        if kind == "operator-stop":
-            self.operator_stopped = event.name
-            self.llm_note = f"{event.name} stopped by hand: not restarting it"
-            log.warning("operator_stopped", container=event.name, exit_code=event.exit_code)
-            return
         try:
             now = self.parts.docker.inspect(event.name)
         except SparkwardenError as exc:
             log.error("inspect_failed", container=event.name, error=str(exc))
             return
-        if now.up:  # a restart policy or an operator brought it back already
-            log.warning("died_but_up_again", container=event.name, status=now.status)
+        verdict = triggers.judge_die(watch, event.t, self.config.llm.stop_timeout + 15, now)
+        if verdict == "operator-stop":
+            self.operator_stopped = event.name
+            self.llm_note = f"{event.name} stopped by hand: not restarting it"
+            log.warning("operator_stopped", container=event.name, exit_code=event.exit_code)
             return
+        if verdict == "operator-started":
+            log.warning("died_but_started_by_hand", container=event.name, status=now.status)
+            return
+        if now.up:
+            log.warning(
+                "died_and_restarted_by_docker", container=event.name, restarts=now.restart_count
+            )
         why = f"{event.name} died with exit code {event.exit_code}"
         self._want("crash", why, event.t)
 
@@ -328,6 +344,7 @@ class Daemon:
         self.watchdog.beat(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + _MARGIN)
         try:
             states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
+            self._take_over(states, t)
             self.active = choose_active(states, self.recorded.last_container)
             if not self.operator_stopped:
                 self.llm_note = ""
@@ -356,6 +373,31 @@ class Daemon:
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
             self._check_health(t, now)
+
+    def _take_over(self, states: list[ContainerState], t: float) -> None:
+        """Set a fighting restart policy to ``no``, the original recorded first (for
+        ``uninstall-service``); with ``leave``, only report it."""
+        mode = self.config.llm.restart_policy
+        for state in restart_policy.to_take_over(states, mode):
+            at = datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+            self.policies_taken = restart_policy.remember(self.policies_taken, state, at)
+            self.journal.put(restart_policy.TAKEN, self.policies_taken)
+            was = str(restart_policy.Policy.of(state))
+            try:
+                self.parts.docker.set_restart_policy(state.name, restart_policy.NO.docker())
+            except SparkwardenError as exc:
+                log.error("restart_policy_take_over_failed", container=state.name, error=str(exc))
+                continue
+            log.warning("restart_policy_taken_over", container=state.name, was=was, now="no")
+            self.notify.emit(
+                "policy_taken_over",
+                state.name,
+                f"{state.name} had Docker restart policy {was!r}, which restarts a crashed engine "
+                "into ghost memory: set to 'no' (uninstall-service restores it)",
+                was=was,
+            )
+            states[states.index(state)] = replace(state, restart_policy="no", restart_retries=0)
+        self.policy_report = restart_policy.report(mode, states, self.policies_taken)
 
     def _scrape(self, t: float) -> None:
         self.watchdog.beat(self.config.health.timeout + _MARGIN)
@@ -822,6 +864,7 @@ class Daemon:
                 "enabled": self.config.acceptance.enabled,
             },
             "metrics": self.metrics_note,
+            "restart_policy": self.policy_report,
             "next_restart": self._next_restart(now),
             "budget": {"used": budget.used, "limit": budget.limit, "why": budget.why},
             "hold": recorded.hold,

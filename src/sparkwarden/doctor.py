@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from sparkwarden.config import Config
+from sparkwarden.restart_policy import FIGHTING
 
 Severity = Literal["error", "warning", "info"]
 ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -18,7 +19,6 @@ MAX_GPU_UTIL = 0.80
 #: Speculative decoding methods whose drafter allocates per-sequence scratch outside the pool.
 DRAFTERS = ("dflash", "mtp", "eagle", "eagle3", "medusa", "ngram", "deepseek_mtp")
 RISKY_SEQS = 8
-FIGHTING_POLICIES = ("always", "unless-stopped", "on-failure")
 AUTOHEAL_LABELS = ("autoheal", "autoheal.stop.timeout", "com.centurylinklabs.watchtower.enable")
 
 
@@ -98,7 +98,7 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
             f"lower --max-num-seqs (e.g. {RISKY_SEQS}) or leave room for seqs x drafter scratch",
         )
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
-    if policy in FIGHTING_POLICIES:
+    if policy in FIGHTING:
         add(
             "warning",
             "restart-policy",

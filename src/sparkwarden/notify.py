@@ -23,12 +23,13 @@ from sparkwarden.config import NotifyTarget
 
 log = logs.get("sparkwarden.notify")
 
-EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor")
+EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor", "policy_taken_over")
 TITLES: Final = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
 }
 
 

@@ -11,7 +11,8 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
   counters (``_total`` + ``_created``), request gauges and ``generation_tokens``.
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
-chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine, ignore SIGTERM, broken metrics.
+chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine, ignore
+SIGTERM, broken metrics.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def test_status_shows_what_was_taken_and_the_risk_of_leave_every_time() -> None:
     left = restart_policy.report("leave", [state("a", policy="unless-stopped")], {})
     assert left["at_risk"] == {"a": "unless-stopped"}
     text = status.format_text({"restart_policy": left})
-    assert "RISK:        a: Docker's 'unless-stopped' restarts a crash at once" in text
+    assert "RISK:        a: Docker restart policy 'unless-stopped'" in text
+    assert "restarts a crash into ghost memory (llm.restart_policy = leave)" in text
     assert "llm.restart_policy = leave" in text
     assert all(len(line) < 80 for line in text.splitlines())
 

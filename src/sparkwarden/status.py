@@ -155,9 +155,9 @@ def _policy_lines(policy: dict[str, Any]) -> list[str]:
         if name not in (policy.get("at_risk") or {})
     ]
     for name, now in (policy.get("at_risk") or {}).items():
-        lines.append(f"RISK:        {name}: Docker's {now!r} restarts a crash at once"[:79])
         why = "llm.restart_policy = leave" if policy.get("mode") == "leave" else "see the log"
-        lines.append(f"             into ghost memory ({why})")
+        lines.append(f"RISK:        {name}: Docker restart policy {now!r}"[:79])
+        lines.append(f"             restarts a crash into ghost memory ({why})")
     return lines
 
 

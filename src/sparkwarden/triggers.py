@@ -86,8 +86,8 @@ def judge_die(watch: ExitWatch, t: float, stop_window: float, now: ContainerStat
     restart policy brought it back into the ghost memory, and the safe sequence must still run.
     Docker's events show that restart and an operator's ``docker start`` alike (one ``start``);
     its ``RestartCount`` tells them apart: the policy adds one, any start through the API
-    (``docker start``, ``docker restart``, ``compose up``) sets it to 0. Only the operator's own
-    start leaves the container alone.
+    (``docker start``, ``docker restart``) sets it to 0. Only the operator's own start leaves
+    the container alone.
     """
     if watch.classify_die(t, stop_window) == "operator-stop":
         return "operator-stop"

@@ -19,6 +19,7 @@ from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy
 from tests.test_daemon_docker import control_dir, start_daemon  # noqa: F401
+from tests.test_operator_tools import Receiver, receiver  # noqa: F401
 
 pytestmark = pytest.mark.docker
 
@@ -93,16 +94,23 @@ def test_docker_events_and_restart_count_for_each_way_down_and_up(stage: Stage) 
 
 
 def test_take_over_sets_no_at_start_a_crash_runs_the_sequence_uninstall_restores(
-    stage: Stage, start_daemon: Any, tmp_path: Path
+    stage: Stage, start_daemon: Any, tmp_path: Path, receiver: Receiver
 ) -> None:
     llm, port = stage.llm(
         "llm", "--crash-after", "3", "--crash-once", start=False, restart_policy=UNLESS_STOPPED
     )
     stt = stage.voice("stt")
-    daemon = start_daemon([llm], port, [stt])  # llm.restart_policy: take-over, the default
+    hook = tmp_path / "hook-url"
+    hook.write_text(receiver.url("/hook"))
+    # llm.restart_policy: take-over, the default
+    daemon = start_daemon([llm], port, [stt], notify=[{"kind": "webhook", "url_file": str(hook)}])
     assert policy_of(stage, llm) == "no"  # before the daemon said it was ready
     log = daemon.text()
     assert '"restart_policy_taken_over"' in log and '"was": "unless-stopped"' in log
+    wait_for("the notification", lambda: receiver.got)
+    sent = json.loads(receiver.got[0]["body"])
+    assert sent["event"] == "policy_taken_over" and sent["subject"] == llm
+    assert sent["detail"] == {"was": "unless-stopped"}
     status = daemon.status()
     assert status["restart_policy"]["taken"] == {llm: "unless-stopped"}
     assert status["restart_policy"]["at_risk"] == {}

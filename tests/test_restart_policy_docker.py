@@ -146,6 +146,7 @@ def test_leave_docker_restarts_it_and_the_sequence_still_runs(
     stt = stage.voice("stt")
     daemon = start_daemon([llm], port, [stt], llm={"restart_policy": "leave"})
     assert policy_of(stage, llm) == "unless-stopped"
+    assert '"restart_policy_left_at_risk"' in daemon.text()
     status = daemon.status()
     assert status["restart_policy"] == {
         "mode": "leave",

@@ -397,7 +397,10 @@ class Daemon:
                 was=was,
             )
             states[states.index(state)] = replace(state, restart_policy="no", restart_retries=0)
-        self.policy_report = restart_policy.report(mode, states, self.policies_taken)
+        report = restart_policy.report(mode, states, self.policies_taken)
+        if report["at_risk"] and report["at_risk"] != self.policy_report.get("at_risk"):
+            log.warning("restart_policy_left_at_risk", containers=report["at_risk"], mode=mode)
+        self.policy_report = report
 
     def _scrape(self, t: float) -> None:
         self.watchdog.beat(self.config.health.timeout + _MARGIN)

@@ -196,6 +196,24 @@ def test_an_operators_docker_start_after_a_crash_is_left_alone(
     assert second.history() == []
 
 
+def test_a_crash_docker_restarted_while_sparkwarden_was_down_still_runs_the_sequence(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm(
+        "llm", "--crash-after", "3", "--crash-once", start=False, restart_policy=UNLESS_STOPPED
+    )
+    start_daemon([llm], port, [], llm={"restart_policy": "leave"}).stop()
+    stage.client.containers.get(llm).start()  # crashes while nobody watches; Docker restarts it
+    wait_for("Docker's restart", lambda: restarts(stage, llm) == 1, timeout=30)
+    wait_healthy(port)
+
+    second = start_daemon([llm], port, [], llm={"restart_policy": "leave"})  # replays the die
+    (run,) = wait_for("the crash run", lambda: second.runs_with("crash"), timeout=60)
+    assert run["result"] == "ok", run
+    assert {s["name"]: s["result"] for s in run["steps"]}["stop_llm"] == "ok"
+    assert restarts(stage, llm) == 0
+
+
 def test_the_budget_still_bounds_dockers_loop_under_leave(stage: Stage, start_daemon: Any) -> None:
     llm, port = stage.llm("llm", "--crash-after", "3", restart_policy=UNLESS_STOPPED)
     daemon = start_daemon(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 from sparkwarden import restart_policy, status
 from sparkwarden.containers import ContainerState
-from sparkwarden.restart_policy import NO, Policy
+from sparkwarden.restart_policy import NO, Policy, PolicyView
 from sparkwarden.triggers import ExitWatch, judge_die
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -103,21 +104,30 @@ def test_restore_gives_back_only_what_is_still_ours() -> None:
     assert "left as it is" in plan[1][2] and "no longer exists" in plan[2][2]
 
 
+def text_of(view: PolicyView) -> str:
+    return status.format_text({"restart_policy": asdict(view)})
+
+
 def test_status_shows_what_was_taken_and_the_risk_of_leave_every_time() -> None:
     taken = {"a": {"name": "unless-stopped", "retries": 0, "at": "t"}}
-    over = restart_policy.report("take-over", [state("a", policy="no")], taken)
-    assert over == {"mode": "take-over", "taken": {"a": "unless-stopped"}, "at_risk": {}}
-    text = status.format_text({"restart_policy": over})
+    # being taken over this very tick (Docker still says unless-stopped): not at risk
+    for now in ("no", "unless-stopped"):
+        over = restart_policy.report("take-over", [state("a", policy=now)], taken)
+        assert over == PolicyView("take-over", {"a": "unless-stopped"}, {})
+    text = text_of(over)
     assert "policy:      a: Docker's 'unless-stopped' taken over, now 'no'" in text
     assert "RISK" not in text
 
+    # a take-over Docker refused left no record: at risk, and the log says why
+    failed = restart_policy.report("take-over", [state("a", policy="always")], {})
+    assert failed.at_risk == {"a": "always"} and "(see the log)" in text_of(failed)
+
     left = restart_policy.report("leave", [state("a", policy="unless-stopped")], {})
-    assert left["at_risk"] == {"a": "unless-stopped"}
-    text = status.format_text({"restart_policy": left})
+    assert left.at_risk == {"a": "unless-stopped"}
+    text = text_of(left)
     assert "RISK:        a: Docker restart policy 'unless-stopped'" in text
     assert "restarts a crash into ghost memory (llm.restart_policy = leave)" in text
-    assert "llm.restart_policy = leave" in text
     assert all(len(line) < 80 for line in text.splitlines())
 
     none = restart_policy.report("take-over", [state("a")], {})
-    assert "policy:" not in status.format_text({"restart_policy": none})
+    assert "policy:" not in text_of(none)

@@ -14,7 +14,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.conftest import run_cli
+from tests.commands import run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy

@@ -10,6 +10,7 @@ do the Docker calls.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -19,8 +20,6 @@ Mode = Literal["take-over", "leave"]
 
 #: Policies under which Docker restarts a container that exits by itself.
 FIGHTING: Final = ("always", "unless-stopped", "on-failure")
-#: Journal key: ``{container: {"name": ..., "retries": ..., "at": ...}}``, the originals taken.
-TAKEN: Final = "restart_policies_taken"
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ def fights(state: ContainerState) -> bool:
     return state.restart_policy in FIGHTING
 
 
-def to_take_over(states: list[ContainerState], mode: Mode) -> list[ContainerState]:
+def to_take_over(states: Sequence[ContainerState], mode: Mode) -> list[ContainerState]:
     """The LLM candidates whose policy would restart them behind sparkwarden's back."""
     return [s for s in states if mode == "take-over" and fights(s)]
 
@@ -90,10 +89,27 @@ def to_restore(
     return plan
 
 
-def report(mode: Mode, states: list[ContainerState], taken: dict[str, Any]) -> dict[str, Any]:
-    """The status snapshot's ``restart_policy``: what was taken over, and what is left at risk."""
-    return {
-        "mode": mode,
-        "taken": {name: str(recorded(entry)) for name, entry in taken.items()},
-        "at_risk": {s.name: str(Policy.of(s)) for s in states if fights(s)},
-    }
+@dataclass(frozen=True)
+class PolicyView:
+    """The status snapshot's ``restart_policy``: container to Docker policy, taken and at risk."""
+
+    mode: Mode
+    taken: dict[str, str]
+    at_risk: dict[str, str]
+
+
+def report(mode: Mode, states: Sequence[ContainerState], taken: dict[str, Any]) -> PolicyView:
+    """What was taken over, and what Docker may still restart behind sparkwarden's back.
+
+    Under ``take-over`` a recorded container is being taken (the record is written before the
+    call and withdrawn if the call fails), so only one that could not be taken is at risk.
+    """
+    return PolicyView(
+        mode=mode,
+        taken={name: str(recorded(entry)) for name, entry in taken.items()},
+        at_risk={
+            s.name: str(Policy.of(s))
+            for s in states
+            if fights(s) and (mode == "leave" or s.name not in taken)
+        },
+    )

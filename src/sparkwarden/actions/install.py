@@ -15,13 +15,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sparkwarden import config as config_mod
 from sparkwarden import restart_policy
 from sparkwarden.adapters.docker_engine import DockerEngine
-from sparkwarden.config import DEFAULT_PATH
 from sparkwarden.containers import ContainerState
 from sparkwarden.errors import ConfigError, NoSuchContainer, SparkwardenError
+from sparkwarden.facts import Kept
 from sparkwarden.journal import JOURNAL_FILE, Journal
+from sparkwarden.locate import DEFAULT_PATH, places, resolve_path
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
@@ -131,21 +131,22 @@ def restore_restart_policies(config_path: str | Path | None) -> None:
     Run once the daemon is stopped (it would take them again). A container removed since, or
     whose policy an operator changed since, is left as it is.
     """
-    if not config_mod.resolve_path(config_path).exists():
+    if not resolve_path(config_path).exists():
         return  # never configured: no daemon took anything
-    try:
-        config = config_mod.load(config_path)
+    try:  # only state.dir: a config that no longer validates must not keep the policies away
+        state_dir = places(config_path).state_dir
     except ConfigError as exc:
         _say(f"cannot read the config ({exc}): restart policies, if any were taken, stay 'no'")
         return
-    if not (config.state.dir / JOURNAL_FILE).exists():
+    if not (state_dir / JOURNAL_FILE).exists():
         return
-    journal = Journal(config.state.dir)
+    journal = Journal(state_dir)
+    kept = Kept(journal)
     try:
-        taken: dict[str, Any] = journal.get(restart_policy.TAKEN) or {}
+        taken: dict[str, Any] = kept.policies_taken()
         if not taken:
             return
-        docker = DockerEngine(config.docker.timeout, config.docker.retry_for)
+        docker = DockerEngine()
         states: dict[str, ContainerState | None] = {}
         for name in taken:
             try:
@@ -157,8 +158,7 @@ def restore_restart_policies(config_path: str | Path | None) -> None:
             if policy is not None:
                 docker.set_restart_policy(name, policy.docker())
             taken = {k: v for k, v in taken.items() if k != name}
-            journal.put(restart_policy.TAKEN, taken)  # what is done is not done twice
-        journal.delete(restart_policy.TAKEN)
+            kept.put_policies_taken(taken)  # what is done is not done twice
         docker.close()
     finally:
         journal.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkwarden import locate
-from sparkwarden.adapters.host import GIB, Host, read_meminfo
+from sparkwarden.adapters.host import GIB, Host
 from sparkwarden.config import load
 from sparkwarden.errors import ConfigError
 from tests.commands import ROOT
@@ -56,8 +56,6 @@ def test_memory_is_what_psutil_would_read() -> None:
     ours, theirs = Host().memory(), psutil.virtual_memory()
     assert ours.total_gib == theirs.total / GIB
     assert abs(ours.available_gib - theirs.available / GIB) < 0.5  # read a moment apart
-    text = "MemTotal:       16384 kB\nMemFree: 1 kB\nMemAvailable:    8192 kB\n"
-    assert read_meminfo(text) == (8192 / 1024**2, 16384 / 1024**2)
 
 
 def test_status_imports_neither_the_schema_nor_the_logger(tmp_path: Path) -> None:
@@ -69,7 +67,7 @@ def test_status_imports_neither_the_schema_nor_the_logger(tmp_path: Path) -> Non
         "import sys\n"
         "from sparkwarden.cli import main\n"
         f"main(['--config', {str(cfg)!r}, 'status'])\n"
-        "heavy = ('pydantic', 'structlog', 'httpx', 'docker', 'psutil', 'dataclasses')\n"
+        "heavy = ('pydantic', 'structlog', 'httpx', 'docker', 'dataclasses')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run(

@@ -1,7 +1,8 @@
 """The host: free memory (``MemAvailable``) and the page-cache drop that returns ghost memory.
 
-No shell: ``sync`` is :func:`os.sync` and the drop is a direct write to procfs. Memory is read from
-``/proc/meminfo`` itself (what psutil would read), so ``sparkwarden status`` imports nothing heavy.
+No shell: ``sync`` is :func:`os.sync` and the drop is a direct write to procfs. Memory comes from
+psutil (``available`` is ``MemAvailable``), imported when first read so that ``sparkwarden status``
+with the daemon up never pays for it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import NamedTuple
 
 GIB = 1024**3
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
-MEMINFO = Path("/proc/meminfo")
 
 
 class Memory(NamedTuple):
@@ -20,23 +20,15 @@ class Memory(NamedTuple):
     total_gib: float
 
 
-def read_meminfo(text: str) -> Memory:
-    """``MemAvailable`` and ``MemTotal`` (kB) of a ``/proc/meminfo`` text."""
-    kib = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("MemAvailable", "MemTotal"):
-            kib[key] = int(rest.split()[0])
-    return Memory(kib["MemAvailable"] * 1024 / GIB, kib["MemTotal"] * 1024 / GIB)
-
-
 class Host:
-    def __init__(self, drop_caches_path: Path = DROP_CACHES, meminfo: Path = MEMINFO) -> None:
+    def __init__(self, drop_caches_path: Path = DROP_CACHES) -> None:
         self._drop_path = drop_caches_path
-        self._meminfo = meminfo
 
     def memory(self) -> Memory:
-        return read_meminfo(self._meminfo.read_text())
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return Memory(vm.available / GIB, vm.total / GIB)
 
     def drop_caches(self) -> None:
         """``sync; echo 3 > /proc/sys/vm/drop_caches``: page cache, dentries and inodes."""

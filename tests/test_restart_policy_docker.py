@@ -57,10 +57,10 @@ def handled(daemon: DaemonProcess, action: str) -> int:
 def test_docker_events_and_restart_count_for_each_way_down_and_up(stage: Stage) -> None:
     """The facts README's crash rule rests on, pinned on this engine."""
     client = stage.client
+    t0 = time.time() - 1
     llm, port = stage.llm(
         "llm", "--crash-after", "2", "--crash-once", restart_policy=UNLESS_STOPPED
     )
-    t0 = time.time() - 1
 
     # the engine exits by itself under a policy: die, then Docker's start; no kill, no restart
     wait_for("Docker's restart", lambda: restarts(stage, llm) == 1, timeout=30)
@@ -185,8 +185,9 @@ def test_an_operators_docker_restart_is_not_a_crash(stage: Stage, start_daemon: 
 def test_an_operators_docker_start_after_a_crash_is_left_alone(
     stage: Stage, start_daemon: Any
 ) -> None:
-    llm, port = stage.llm("llm", "--crash-after", "2", "--crash-once")
+    llm, port = stage.llm("llm", "--crash-after", "2", "--crash-once", start=False)
     start_daemon([llm], port, []).stop()  # remembers where Docker's events were
+    stage.client.containers.get(llm).start()  # crashes 2 s later, while nobody watches
     wait_for("the crash", lambda: stage.status(llm) == "exited", timeout=30)
     stage.client.containers.get(llm).start()  # the operator's own hands, while nobody watched
     wait_healthy(port)

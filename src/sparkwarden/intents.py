@@ -71,6 +71,14 @@ class ResumeVoiceAfterMemory:
 
 
 @dataclass(frozen=True)
+class TakeCanary:
+    """Send the drafting canary now (the engine has idled long enough); its outcome comes back
+    to :func:`~sparkwarden.decide.on_canary`."""
+
+    t: float
+
+
+@dataclass(frozen=True)
 class TakeOverPolicy:
     """Set the container's Docker restart policy to ``no``, its original recorded first."""
 
@@ -94,6 +102,7 @@ Intent = (
     | QuietVoiceForMemory
     | ResumeVoiceAfterMemory
     | EventsSeen
+    | TakeCanary
     | TakeOverPolicy
 )
 

@@ -15,6 +15,7 @@ from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.canary import Round
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.errors import SparkwardenError
@@ -110,8 +111,8 @@ class Observer:
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
 
-    def tick(self, t: float, last_container: str | None) -> Observation:
-        """Docker and memory every tick; /metrics and /health when due and the LLM runs."""
+    def look(self, t: float, last_container: str | None) -> Observation:
+        """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
         active, error, states = None, "", list[ContainerState]()
@@ -120,11 +121,16 @@ class Observer:
             active = choose_active(states, last_container)
         except SparkwardenError as exc:
             error = str(exc)
-        seen = Observation(t, active, error, self.parts.host.memory(), states=tuple(states))
+        return Observation(t, active, error, self.parts.host.memory(), states=tuple(states))
+
+    def engine(self, seen: Observation, eager: bool = False) -> Observation:
+        """The look, with /metrics and /health added when they are due and the LLM runs
+        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell)."""
+        cfg, t = self.config, seen.t
         if not seen.running:
             return seen
         scrape = check = None
-        if t >= self.due["metrics"]:
+        if t >= self.due["metrics"] or eager:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
         if t >= self.due["health"]:
@@ -166,6 +172,16 @@ class Observer:
         )
         self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
         return HealthCheck(health, canary, engine)
+
+    def drafting_canary(self, t: float) -> Round | None:
+        """The drafting canary's requests and the scrapes around them (None: no model named)."""
+        cfg, vllm = self.config, self.parts.vllm
+        model = cfg.llm.model or vllm.served_model()
+        if not model:
+            return None
+        timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
+        self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
+        return vllm.drafting_canary(model, cfg.acceptance, timeout, t)
 
     def event(self, event: ContainerEvent) -> EventSeen:
         """After a ``die``, the container now: up again or not, and by whose start."""

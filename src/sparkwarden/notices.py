@@ -11,6 +11,7 @@ Notice = Literal[
     "memory_floor",
     "drafting_suspect",
     "reboot_required",
+    "policy_taken_over",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
@@ -20,4 +21,5 @@ TITLES: Final[dict[Notice, str]] = {
     "memory_floor": "sparkwarden: memory below the floor",
     "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
     "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
+    "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
 }

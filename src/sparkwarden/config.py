@@ -117,13 +117,37 @@ class LlmConfig(_Section):
     def _readable(cls, path: Path | None) -> Path | None:
         if path is not None and not os.access(path, os.R_OK):
             raise ValueError(f"{str(path)!r} does not exist or is not readable")
+        if path is not None and (problem := key_problem(path.read_text(errors="replace"))):
+            raise ValueError(f"{str(path)!r}: {problem}")
         return path
 
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
         if self.api_key_file is None:
-            return os.environ.get("SPARKWARDEN_LLM_API_KEY") or None
-        return self.api_key_file.read_text().strip() or None
+            key, source = os.environ.get(API_KEY_ENV, ""), API_KEY_ENV
+        else:
+            key, source = self.api_key_file.read_text(errors="replace"), str(self.api_key_file)
+        if problem := key_problem(key):
+            raise ConfigError(f"llm.api_key_file: {source}: {problem}")
+        return key.strip() or None
+
+
+#: Where the key comes from when no ``api_key_file`` is set.
+API_KEY_ENV = "SPARKWARDEN_LLM_API_KEY"
+
+
+def key_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a Bearer token (never quoting it): one token, no whitespace. A
+    second line (a comment, an env-file habit) would go into the header, and httpx's refusal
+    would quote the whole header in an error."""
+    key = text.strip()
+    if not key:
+        return None
+    if any(c.isspace() for c in key):
+        return "the API key must be one token on one line, without spaces (the file has more)"
+    if not key.isprintable() or not key.isascii():
+        return "the API key has characters a Bearer token cannot carry"
+    return None
 
 
 class VoiceConfig(_Section):

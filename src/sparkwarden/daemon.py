@@ -17,10 +17,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from sparkwarden import acceptance, exporter, faults, logs, metrics, notify, sequence, triggers
+from sparkwarden import config as config_mod
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import Notifier, Watchdog
@@ -48,6 +50,8 @@ log = logs.get("sparkwarden.daemon")
 
 #: Journal key: the time of the last Docker event a daemon has seen.
 EVENTS_SEEN = "events_seen_until"
+#: Journal key: the newest run when the budget was last reset (runs after it count).
+RESET_AFTER_RUN = "reset_after_run"
 #: Slack on every watchdog lease, for scheduling noise on a loaded box.
 _MARGIN = 5.0
 
@@ -105,8 +109,12 @@ class Recorded:
 
 
 class Daemon:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, path: Path | None = None) -> None:
         self.config = config
+        #: Where SIGHUP re-reads the config from; the new one, once read and valid.
+        self.path = path
+        self.reload_wanted = False
+        self.reloaded: Config | None = None
         self.notifier = Notifier()
         self.watchdog = Watchdog(self.notifier)
         self.parts = Parts.from_config(config)
@@ -147,7 +155,8 @@ class Daemon:
         self.last_probe = ""
         self.acc = acceptance.AcceptanceState()
         self.health = triggers.HealthState()
-        self.mem_state = triggers.MemoryState()
+        # Voice the floor paused before a restart of sparkwarden is resumed when memory is back.
+        self.mem_state = triggers.MemoryState(alerted=bool(self.journal.get("memory_paused")))
         self.exits: dict[str, triggers.ExitWatch] = {}
         self.pending: Pending | None = None
         self.last_sequence_end = 0.0
@@ -170,6 +179,7 @@ class Daemon:
             return 1
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hangup)
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
         try:
@@ -199,7 +209,10 @@ class Daemon:
             return self.snapshot
 
     def _shutdown(self) -> None:
-        self.notifier.stopping()
+        if self.reloaded is None:
+            self.notifier.stopping()
+        else:
+            self.notifier.send("RELOADING=1")
         self.events.stop()
         self._mark_events_seen()
         self.control.stop()
@@ -231,6 +244,24 @@ class Daemon:
             self.notifier.stopping()
         self.queue.put(("wake", None))
 
+    def _on_hangup(self, _signum: int, _frame: FrameType | None) -> None:
+        """Re-read the config, between runs only: the loop takes it up when no run is going."""
+        log.info("reload_requested", state=self.state)
+        self.reload_wanted = True
+        self.queue.put(("wake", None))
+
+    def _reload_config(self) -> None:
+        """A valid new config ends this daemon so a fresh one starts on it (same process); an
+        invalid one is refused and the running config kept."""
+        self.reload_wanted = False
+        try:
+            new = config_mod.load(self.path)
+        except SparkwardenError as exc:
+            log.error("reload_refused", error=str(exc))
+            return
+        log.info("reloading", config=str(self.path))
+        self.reloaded, self.stopping = new, True
+
     # --- the loop ------------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -251,6 +282,8 @@ class Daemon:
                 next_tick = time.monotonic() + interval
             if not self.stopping:
                 self._act(time.time())
+            if self.reload_wanted and not self.stopping:
+                self._reload_config()
             self.watchdog.beat(self._loop_lease())
             self._publish()
 
@@ -325,6 +358,9 @@ class Daemon:
     def _observe(self, t: float) -> None:
         now = datetime.fromtimestamp(t, UTC)
         cfg = self.config
+        if self.last_sequence_end > t:  # the wall clock stepped back (NTP fixing a bad RTC)
+            log.warning("clock_stepped_back", by_s=round(self.last_sequence_end - t, 3))
+            self.last_sequence_end = t
         self.watchdog.beat(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + _MARGIN)
         try:
             states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
@@ -514,8 +550,11 @@ class Daemon:
 
     def _budget(self, t: float) -> triggers.Budget:
         cfg = self.config.budget
-        runs = [triggers.PastRun(*r) for r in self.journal.past_runs(t - cfg.window)]
-        return triggers.budget(runs, t, float(self.journal.get("reset_at") or 0.0), cfg)
+        after = int(self.journal.get(RESET_AFTER_RUN) or 0)
+        runs = [triggers.PastRun(*r) for r in self.journal.past_runs(t - cfg.window, after)]
+        # The run id marks a reset; its time is kept for journals written before ids did.
+        reset_at = 0.0 if after else float(self.journal.get("reset_at") or 0.0)
+        return triggers.budget(runs, t, reset_at, cfg)
 
     def _give_up(self, pending: Pending, verdict: triggers.Budget, t: float) -> None:
         why = f"restart budget spent: {verdict.why}; last trigger {pending.reason}: {pending.why}"
@@ -585,8 +624,7 @@ class Daemon:
             "canary": time.time() + self.config.health.canary_interval,
         }
         if outcome.ok and reason not in triggers.AUTOMATIC:  # an operator's run clears it all
-            self.journal.delete("gave_up")
-            self.journal.put("reset_at", time.time())
+            reset_budget(self.journal)
         self.recorded = self._reload(time.time())
         subject = outcome.container or "llm"
         if not outcome.ok:
@@ -622,21 +660,36 @@ class Daemon:
             self.run_lock.acquire("repair")
             try:
                 note = f"sparkwarden (pid {run.pid}) stopped during this run"
-                self.journal.mark_interrupted(run.id, note)
                 log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-                if run.container is None:
+                resume = Resume.from_plan(run.container, run.plan)
+                if resume is None:
+                    self.journal.mark_interrupted(run.id, note)
                     continue  # cut short in detect: nothing had been touched
                 self.state = "restarting"
                 cfg = self.config
                 budget_s = cfg.llm.health_timeout + cfg.llm.probe_timeout + 300
                 self.notifier.send(f"EXTEND_TIMEOUT_USEC={int(budget_s * 1e6)}")
-                resume = Resume(run.container, list(run.plan.get("voice_paused", [])))
-                outcome = sequence.restart(cfg, "repair", self.parts, resume=resume)
+                # Marked interrupted only once the repair has written what it adopted: a kill
+                # in between leaves a run that still says what to resume.
+                outcome = sequence.restart(
+                    cfg,
+                    "repair",
+                    self.parts,
+                    observer=self._mark_when_adopted(run.id, note),
+                    resume=resume,
+                )
                 log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
             finally:
                 self.run_lock.release()
                 self.last_sequence_end = time.time()
         self.recorded = self._reload(time.time())
+
+    def _mark_when_adopted(self, run_id: int, note: str) -> sequence.Observer:
+        def observe(event: StepEvent) -> None:
+            if event.phase == "begin" and event.index == 1:
+                self.journal.mark_interrupted(run_id, note)
+
+        return observe
 
     def _check_schedule(self, now: datetime) -> None:
         """Fire the nightly restart when its time has come; late by more than the grace (the
@@ -853,6 +906,15 @@ class Daemon:
         return " | ".join(parts)
 
 
+def reset_budget(journal: Journal) -> None:
+    """Clear "gave up" and start the budget afresh from the newest run: by id, because after
+    the wall clock stepped back the runs before the reset are dated after it."""
+    runs = journal.runs(1)
+    journal.delete("gave_up")
+    journal.put("reset_at", time.time())
+    journal.put(RESET_AFTER_RUN, runs[0].id if runs else 0)
+
+
 def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
     """hold / release / reset: durable state the daemon reads, with or without a daemon."""
     if isinstance(request, HoldRequest):
@@ -866,8 +928,7 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
         log.info("released")
         return {"ok": True}
     if isinstance(request, ResetRequest):
-        journal.delete("gave_up")
-        journal.put("reset_at", time.time())
+        reset_budget(journal)
         log.info("budget_reset")
         return {"ok": True}
     raise SparkwardenError(f"unknown request {request!r}")

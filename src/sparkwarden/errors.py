@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+#: An Authorization value as httpx and h11 quote it in their errors ("Bearer sk-...").
+_BEARER = re.compile(r"(Bearer|Basic)\s+[^\s'\"]+", re.IGNORECASE)
+
+
+def scrub(text: str, *secrets: str | None) -> str:
+    """Text fit to record: exception messages can carry a request's headers (httpx's "Illegal
+    header value b'Bearer ...'"), and they go to the journal, the log, status and webhooks."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _BEARER.sub(r"\1 [redacted]", text)
 
 
 class SparkwardenError(Exception):

@@ -18,6 +18,7 @@ sparkwarden itself can be finished later (reason ``repair``).
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from sparkwarden.adapters.host import Host
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
-from sparkwarden.errors import SparkwardenError, StepFailed
+from sparkwarden.errors import NoSuchContainer, SparkwardenError, StepFailed, scrub
 from sparkwarden.journal import Journal, StepResult
 
 STEPS: Final = (
@@ -115,10 +116,30 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a repair picks up an interrupted run: what it had paused and stopped."""
+    """Where a repair picks up an interrupted run: what it had paused and stopped.
 
-    container: str
+    ``container`` is None when the run was cut short before it chose one (the repair detects
+    afresh); ``llm_stopped`` says a ``docker stop`` was sent, so a container still "running" may
+    be on its way down and must not be trusted.
+    """
+
+    container: str | None
     voice_paused: list[str]
+    llm_stopped: bool = False
+
+    @classmethod
+    def from_plan(cls, container: str | None, plan: dict[str, Any]) -> Resume | None:
+        """What an interrupted run left to finish; None when it had touched nothing."""
+        resume = cls(
+            container or plan.get("container"),
+            list(plan.get("voice_paused", [])),
+            bool(plan.get("llm_stopped")),
+        )
+        return resume if resume.container or resume.voice_paused else None
+
+
+#: What a journal that cannot be written raises (a full or read-only state dir).
+_UNRECORDABLE = (sqlite3.Error, OSError)
 
 
 def restart(
@@ -134,6 +155,15 @@ def restart(
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
     try:
+        if resume:  # before anything can fail: a repair cut short must not forget the list
+            run.paused = list(resume.voice_paused)
+            parts.journal.remember(
+                run.id,
+                voice_paused=run.paused,
+                voice_mode=config.voice.mode,
+                llm_stopped=resume.llm_stopped,
+                container=resume.container,
+            )
         active = run.step("detect", lambda: run.detect(resume))
         run.step("pause_voice", lambda: run.pause_voice(resume))
         run.step("stop_llm", lambda: run.stop_llm(active))
@@ -142,17 +172,16 @@ def restart(
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
     except SparkwardenError as exc:
-        error = str(exc)
+        error = scrub(str(exc))
     except Exception as exc:  # a bug must still end with voice resumed and the run recorded
         log.exception("run_internal_error", run=run.id)
-        error = f"internal error: {type(exc).__name__}: {exc}"
+        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
     finally:
-        run.skip_untaken()
-        try:
-            run.step("resume_voice", run.resume_voice)
-        except SparkwardenError as exc:
-            error = f"{error}; {exc}" if error else str(exc)
-    parts.journal.end_run(run.id, "failed" if error else "ok", error)
+        error = run.finish(error)
+    try:
+        parts.journal.end_run(run.id, "failed" if error else "ok", error)
+    except _UNRECORDABLE as exc:
+        log.error("run_not_recorded", run=run.id, error=str(exc))
     log.info(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
@@ -172,6 +201,10 @@ class _Run:
         self.taken: set[str] = set()
         self.repairing = False
         self.llm_was_up = False
+        #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
+        self.stop_sent = False
+        #: Steps whose action has run (resume_voice must run once, recorded or not).
+        self.acted: set[str] = set()
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -185,15 +218,23 @@ class _Run:
         log.info("step_started", run=self.id, step=name)
         value: Any = None
         try:
-            produced = action()
+            try:
+                produced = action()
+            finally:
+                self.acted.add(name)
             value, done = produced if isinstance(produced, tuple) else (None, produced)
             self.parts.after_action(name)
         except Exception as exc:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
-            detail = {**detail, "error": str(exc)}
-            duration = self.parts.journal.end_step(step_id, "failed", detail)
-            self.observer(StepEvent("end", name, index, self.id, "failed", str(exc), duration))
-            log.error("step_failed", run=self.id, step=name, error=str(exc), **_flat(detail))
+            said = scrub(str(exc))
+            detail = {**detail, "error": said}
+            try:
+                duration = self.parts.journal.end_step(step_id, "failed", detail)
+            except _UNRECORDABLE as journal_exc:  # the step's own error is the one to report
+                log.error("step_not_recorded", run=self.id, step=name, error=str(journal_exc))
+                duration = 0.0
+            self.observer(StepEvent("end", name, index, self.id, "failed", said, duration))
+            log.error("step_failed", run=self.id, step=name, error=said, **_flat(detail))
             raise
         result: StepResult = "skipped" if done.skipped else "ok"
         duration = self.parts.journal.end_step(
@@ -224,6 +265,25 @@ class _Run:
         }
         return longest.get(name, call) + 30.0
 
+    def finish(self, error: str | None) -> str | None:
+        """Resume voice whatever happened, even when the journal cannot record it (a full state
+        dir): the box comes first, the record after if it can be written. Returns the error."""
+        try:
+            self.skip_untaken()
+            self.step("resume_voice", self.resume_voice)
+        except SparkwardenError as exc:
+            error = f"{error}; {exc}" if error else str(exc)
+        except _UNRECORDABLE as exc:
+            log.error("journal_unwritable", run=self.id, error=str(exc))
+            error = error or f"the journal could not be written: {exc}"
+            if "resume_voice" not in self.acted:
+                try:
+                    done = self.resume_voice()
+                    log.info("voice_resumed_unrecorded", run=self.id, summary=done.summary)
+                except SparkwardenError as resume_exc:
+                    error = f"{error}; {resume_exc}"
+        return error
+
     def skip_untaken(self) -> None:
         """Record the steps a failure jumped over, so history shows the whole plan."""
         for name in STEPS[:-1]:
@@ -237,11 +297,21 @@ class _Run:
         states = [docker.inspect(name) for name in self.config.llm.containers]
         for name in self.config.voice.containers:
             docker.inspect(name)  # a missing voice container fails here, before anything moved
-        remembered = resume.container if resume else journal.last_container()
-        if resume:
-            active = next(s for s in states if s.name == resume.container)
-        else:
-            active = choose_active(states, remembered)
+        remembered = resume.container if resume and resume.container else journal.last_container()
+        active = choose_active(states, remembered)
+        if resume and resume.container:
+            # The interrupted run's container, unless another candidate is up now (an operator
+            # started it meanwhile): repairing it must not start a second LLM beside that one.
+            mine = [s for s in states if s.name == resume.container]
+            if not mine:
+                raise StepFailed(
+                    "detect",
+                    f"the interrupted run's container {resume.container} is no longer in "
+                    "llm.containers; not repairing it",
+                )
+            if mine[0].up or not active.up:
+                active = mine[0]
+            self.stop_sent = resume.llm_stopped and active.name == resume.container
         self.container = active
         journal.set_container(self.id, active.name, active.id)
         candidates = {s.name: s.status for s in states}
@@ -287,8 +357,8 @@ class _Run:
     def stop_llm(self, active: ContainerState) -> Done:
         docker, timeout = self.parts.docker, self.config.llm.stop_timeout
         current = docker.inspect(active.name)
-        self.llm_was_up = current.up
-        if current.up and self.repairing:
+        if current.up and self.repairing and not self.stop_sent:
+            self.llm_was_up = True
             return Done(
                 f"repair: {active.name} is {current.status}; verified, not stopped",
                 {"status": current.status},
@@ -465,6 +535,8 @@ class _Run:
                     resumed.append(name)
                 else:
                     already[name] = status
+            except NoSuchContainer:
+                already[name] = "gone"  # removed while paused: nothing left to resume
             except SparkwardenError as exc:
                 failures.append(f"{name}: {exc}")
         detail = {"resumed": resumed, "already": already}

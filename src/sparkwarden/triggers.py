@@ -210,7 +210,16 @@ class Budget:
 
 
 def budget(runs: list[PastRun], now: float, reset_at: float, cfg: BudgetConfig) -> Budget:
-    """Automatic runs in the window since the last reset, and the backoff after failures."""
+    """Automatic runs in the window since the last reset, and the backoff after failures.
+
+    A run dated after ``now`` was recorded before the wall clock stepped back: it is read as
+    having happened now, so it neither outlives the window nor stretches a backoff."""
+    runs = [
+        replace(r, started_at=min(r.started_at, now), ended_at=min(r.ended_at, now))
+        if r.ended_at is not None
+        else replace(r, started_at=min(r.started_at, now))
+        for r in runs
+    ]
     counted = [
         r for r in runs if r.reason in AUTOMATIC and r.started_at >= max(reset_at, now - cfg.window)
     ]

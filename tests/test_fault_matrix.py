@@ -417,3 +417,388 @@ def test_any_mangled_config_is_refused_cleanly(
         assert "Traceback" not in said
         named = (f"{section}.{key}", f"{section}: unknown key", "both llm and voice")
         assert any(n in said for n in named), said
+
+
+# --- helpers for the rows below ---------------------------------------------------------------
+
+
+def wait_event(stage: Stage, name: str, action: str, since: float, timeout: float = 60.0) -> float:
+    """Block until Docker reports ``action`` for container ``name`` (replayed from ``since``);
+    returns the event's time. The kill timing of these rows comes from here, never a sleep."""
+    until = time.time() + timeout
+    for event in stage.client.events(
+        since=int(since), until=int(until) + 1, decode=True, filters={"container": name}
+    ):
+        if event.get("Action") == action and event.get("time", 0) >= int(since):
+            return float(event["timeNano"]) / 1e9
+    raise AssertionError(f"no {action} event for {name} within {timeout}s")
+
+
+def events_since(stage: Stage, name: str, action: str, since: float) -> list[dict[str, Any]]:
+    """Docker's ``action`` events for ``name`` from ``since`` until now."""
+    now = time.time()
+    return [
+        e
+        for e in stage.client.events(
+            since=since, until=now, decode=True, filters={"container": name, "event": action}
+        )
+    ]
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Any]:
+    """Start daemons on a config; every one is stopped (by its own pid) at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(config: Path, stall_at: str | None = None, ready: bool = True) -> DaemonProcess:
+        env = (
+            {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": stall_at}
+            if (stall_at)
+            else {}
+        )
+        daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
+        started.append(daemon)
+        return daemon.start(ready=ready)
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+def kill_mid_run(daemon: DaemonProcess, config: Path, step: str) -> None:
+    """An operator's restart through ``daemon``, which is killed (-9) once the run is in ``step``
+    (``daemon`` was started stalling there)."""
+    client = start_cli(config, "restart")
+    try:
+        wait_for(f"a run stalled in {step}", lambda: running_step(config) == step, timeout=60)
+        daemon.signal(signal.SIGKILL)
+        daemon.wait()
+    finally:
+        client.kill()
+        client.wait()
+
+
+def repairs(config: Path, count: int = 1, timeout: float = 90.0) -> list[dict[str, Any]]:
+    return wait_for(  # type: ignore[no-any-return]
+        f"{count} finished repair run(s)",
+        lambda: (
+            (r := [x for x in history(config) if x["reason"] == "repair" and x["ended_at"]])
+            and len(r) >= count
+            and r
+        ),
+        timeout=timeout,
+    )
+
+
+# --- 15. killed while `docker stop` is still tearing the LLM down ----------------------------
+
+
+def test_killed_mid_docker_stop_the_repair_finishes_the_stop_and_starts_it(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port = stage.llm("llm", "--stop-delay", "4")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config([llm], port, [stt])
+    first = daemons(config)
+    since = time.time()
+    client = start_cli(config, "restart")
+    try:
+        wait_event(stage, llm, "kill", since)  # docker stop has sent SIGTERM: vLLM tears down
+        first.signal(signal.SIGKILL)
+        first.wait()
+        assert stage.status(llm) == "running"  # still on its way down
+    finally:
+        client.kill()
+        client.wait()
+    daemons(config, ready=False)  # systemd starts it again at once
+    (repair,) = repairs(config)
+    assert repair["result"] == "ok", repair
+    steps = {s["name"]: s["result"] for s in repair["steps"]}
+    assert steps["stop_llm"] in ("ok", "skipped") and steps["start_llm"] == "ok", steps
+    assert stage.status(llm) == "running"
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 16. a second kill during the repair's own detect ----------------------------------------
+
+
+def test_killed_again_in_the_repair_the_next_repair_still_resumes_voice(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config([llm], port, [stt])
+    kill_mid_run(daemons(config, stall_at="stop_llm"), config, "stop_llm")
+    assert stage.status(stt) == "paused"
+
+    second = daemons(config, stall_at="detect", ready=False)
+    wait_for(
+        "the repair stalled in detect",
+        lambda: history(config)[0]["reason"] == "repair" and running_step(config) == "detect",
+    )
+    second.signal(signal.SIGKILL)
+    second.wait()
+
+    daemons(config, ready=False)
+    runs = repairs(config, 2)
+    assert runs[0]["result"] == "ok", runs[0]
+    assert runs[0]["plan"]["voice_paused"] == [stt]
+    assert [r["result"] for r in history(config)[1:]] == ["interrupted", "interrupted"]
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 17. a voice container removed while sparkwarden was down --------------------------------
+
+
+def test_voice_container_removed_while_down_the_others_are_still_resumed(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    stt, tts = stage.voice("stt"), stage.voice("tts")
+    wait_healthy(port)
+    config = make_daemon_config([llm], port, [stt, tts])
+    kill_mid_run(daemons(config, stall_at="stop_llm"), config, "stop_llm")
+    assert stage.status(stt) == stage.status(tts) == "paused"
+    stage.client.containers.get(tts).remove(force=True)
+
+    daemons(config, ready=False)
+    (repair,) = repairs(config)
+    assert repair["result"] == "failed" and tts in repair["error"], repair
+    steps = {s["name"]: s for s in repair["steps"]}
+    assert steps["resume_voice"]["detail"]["resumed"] == [stt]
+    assert steps["resume_voice"]["detail"]["already"] == {tts: "gone"}
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 18. the operator started another candidate while sparkwarden was down -------------------
+
+
+def test_repair_never_starts_a_second_llm_beside_one_the_operator_started(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    from tests.standin.stage import free_port
+
+    port = free_port()
+    llm_a, _ = stage.llm("a", "--boot-delay", "2", port=port, network_mode="host")
+    llm_b, _ = stage.llm("b", port=port, network_mode="host", start=False)
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config([llm_a, llm_b], port, [stt])
+    kill_mid_run(daemons(config, stall_at="stop_llm"), config, "stop_llm")
+    assert stage.status(llm_a) == "exited"
+    stage.client.containers.get(llm_b).start()  # the operator, while sparkwarden is down
+    wait_healthy(port)
+    since = time.time()
+
+    daemons(config, ready=False)
+    (repair,) = repairs(config)
+    assert events_since(stage, llm_a, "start", since) == []
+    assert repair["result"] == "ok" and repair["container"] == llm_b, repair
+    assert stage.status(llm_a) == "exited" and stage.status(llm_b) == "running"
+    assert_sound(stage, history(config), llm=llm_b, port=port, voice={stt: "running"})
+
+
+# --- 19. voice paused by the memory floor, then sparkwarden restarted ------------------------
+
+
+def test_memory_floor_pause_is_resumed_by_a_restarted_daemon(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    floor = {"floor_for": "0s", "floor_action": "pause_voice"}
+    config = make_daemon_config([llm], port, [stt], memory={"floor_gib": 100000, **floor})
+    first = daemons(config)
+    wait_for("voice paused for memory", lambda: stage.status(stt) == "paused")
+    first.signal(signal.SIGKILL)
+    first.wait()
+
+    config = make_daemon_config([llm], port, [stt], memory={"floor_gib": 0.5, **floor})
+    second = daemons(config)
+    wait_for("voice resumed", lambda: stage.status(stt) == "running")
+    assert '"voice_resumed_after_memory"' in second.text()
+    assert history(config) == []
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 20. the journal cannot be written mid-run (state dir full) ------------------------------
+
+
+@pytest.fixture
+def small_state_dir(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs for the state dir, to fill at will."""
+    path = tmp_path / "state"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write zeros until the file system says it is full."""
+    with (directory / "filler").open("wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+
+
+def test_a_journal_that_cannot_be_written_still_resumes_voice(
+    stage: Stage, make_config: Any, small_state_dir: Path
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "3")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_config([llm], port, [stt], state={"dir": str(small_state_dir)})
+    restart = start_cli(config, "restart")
+    try:
+        wait_for("wait_health", lambda: running_step(config) == "wait_health")
+        fill(small_state_dir)
+        out, err = restart.communicate(timeout=120)
+    finally:
+        if restart.poll() is None:
+            restart.kill()
+            restart.wait()
+    assert stage.status(stt) == "running", out + err
+    assert restart.returncode == 1 and "Traceback" not in err, err
+    assert '"voice_resumed_unrecorded"' in err or '"step_ended"' in err
+    (small_state_dir / "filler").unlink()
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 21. SIGHUP mid-run -------------------------------------------------------------------------
+
+
+def test_sighup_mid_run_finishes_the_run_then_rereads_the_config(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "3")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config([llm], port, [stt])
+    daemon = daemons(config)
+    client = start_cli(config, "restart")
+    wait_for("wait_health", lambda: running_step(config) == "wait_health")
+    daemon.signal(signal.SIGHUP)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 0, out + err
+    (run,) = history(config)
+    assert run["result"] == "ok"
+    text = wait_for("the reload", lambda: '"reloading"' in daemon.text() and daemon.text())
+    assert text.index('"run_ended"') < text.index('"reloading"')  # between runs, never mid-run
+    wait_for("the daemon back on the new config", daemon.answering)
+
+    config.write_text(config.read_text().replace("[llm]", "[llm]\nstop_timout = 1", 1))
+    daemon.signal(signal.SIGHUP)
+    wait_for("the refusal", lambda: '"reload_refused"' in daemon.text())
+    assert "llm.stop_timout: unknown key" in daemon.text()
+    assert daemon.answering() and daemon.proc is not None and daemon.proc.poll() is None
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 22. a Docker socket blink after a pause reached dockerd ----------------------------------
+
+
+def test_a_retried_pause_that_had_landed_is_recorded_and_resumed(
+    stage: Stage, make_config: Any
+) -> None:
+    from tests.blinkproxy import BlinkProxy
+
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_config([llm], port, [stt])
+    proxy = BlinkProxy(f"/containers/{stt}/pause".encode())
+    try:
+        result = run_cli(config, "restart", env={"DOCKER_HOST": proxy.url})
+    finally:
+        proxy.close()
+    assert proxy.blinked == 1
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = history(config)
+    steps = {s["name"]: s for s in run["steps"]}
+    assert steps["pause_voice"]["detail"]["paused"] == [stt]
+    assert steps["resume_voice"]["detail"]["resumed"] == [stt]
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 23. an API key file with a second line ---------------------------------------------------
+
+SECRET = "sk-sparkwarden-test-4f2a9c"
+
+
+def test_a_malformed_api_key_is_refused_at_load_and_never_printed(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm("llm", "--api-key", SECRET)
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    key = tmp_path / "api-key"
+    key.write_text(f"{SECRET}\n# the key for the spark\n")
+    config = make_config([llm], port, [stt], llm={"api_key_file": str(key)})
+    before = stage.attrs(llm)["State"]["StartedAt"]
+    for command in (["check-config"], ["restart"], ["run"]):
+        result = run_cli(config, *command, timeout=60)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "llm.api_key_file" in result.stderr and "one token" in result.stderr
+        assert SECRET not in result.stdout + result.stderr
+    assert stage.attrs(llm)["State"]["StartedAt"] == before  # nothing stopped or started
+    assert history(config) == []
+    leaked = [
+        p
+        for p in (tmp_path / "state").rglob("*")
+        if p.is_file() and SECRET.encode() in p.read_bytes()
+    ]
+    assert leaked == []
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 24. the wall clock stepped back after runs were recorded ---------------------------------
+
+
+def test_runs_dated_in_the_future_do_not_stop_reset_from_clearing_gave_up(
+    stage: Stage, make_daemon_config: Any, daemons: Any, tmp_path: Path
+) -> None:
+    from sparkwarden.journal import Journal
+
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config(
+        [llm],
+        port,
+        [stt],
+        budget={"max_runs": 2, "window": "1h", "backoff": "0s"},
+        watch={"interval": "0.5s", "boot_grace": "0s"},
+    )
+    # Recorded while the RTC was an hour fast; NTP has since stepped the clock back.
+    ahead = Journal(tmp_path / "state", clock=lambda: time.time() + 3600)
+    for _ in range(2):
+        run = ahead.begin_run("crash")
+        ahead.end_run(run, "failed", "died at once")
+    ahead.put("gave_up", {"reason": "crash", "why": "restart budget spent", "at": "later"})
+    ahead.close()
+
+    daemon = daemons(config)
+    assert daemon.status()["daemon"]["state"] == "gave up"
+    assert run_cli(config, "reset").returncode == 0
+    wait_for("gave-up cleared", lambda: daemon.status()["gave_up"] is None)
+    since = time.time()
+    stage.client.containers.get(llm).kill()
+    crash = wait_for(
+        "the crash run",
+        lambda: [
+            r for r in history(config) if r["reason"] == "crash" and r["id"] > 2 and r["ended_at"]
+        ],
+        timeout=60,
+    )[0]
+    assert crash["result"] == "ok", crash
+    assert events_since(stage, llm, "start", since)
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

@@ -675,7 +675,7 @@ class Daemon:
                     cfg,
                     "repair",
                     self.parts,
-                    observer=self._mark_when_adopted(run.id, note),
+                    observer=self._mark_when_adopted(run.id, note, time.time()),
                     resume=resume,
                 )
                 log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
@@ -684,10 +684,13 @@ class Daemon:
                 self.last_sequence_end = time.time()
         self.recorded = self._reload(time.time())
 
-    def _mark_when_adopted(self, run_id: int, note: str) -> sequence.Observer:
+    def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> sequence.Observer:
+        """Close the interrupted run as found at ``found_at`` (before the repair began), once
+        the repair has written what it adopted."""
+
         def observe(event: StepEvent) -> None:
             if event.phase == "begin" and event.index == 1:
-                self.journal.mark_interrupted(run_id, note)
+                self.journal.mark_interrupted(run_id, note, found_at)
 
         return observe
 

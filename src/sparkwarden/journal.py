@@ -196,10 +196,10 @@ class Journal:
                 (result, self._clock(), error, run_id),
             )
 
-    def mark_interrupted(self, run_id: int, note: str) -> None:
-        """Close a run a crash cut short, and the step it was in."""
+    def mark_interrupted(self, run_id: int, note: str, at: float | None = None) -> None:
+        """Close a run a crash cut short, and the step it was in, as found at ``at`` (now)."""
         with self._tx() as db:
-            now = self._clock()
+            now = self._clock() if at is None else at
             db.execute(
                 "UPDATE steps SET result = 'failed', duration_s = ? - started_at,"
                 " detail = json_set(detail, '$.interrupted', json('true'))"

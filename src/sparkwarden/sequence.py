@@ -173,6 +173,9 @@ def restart(
         run.step("chat_probe", run.chat_probe)
     except SparkwardenError as exc:
         error = scrub(str(exc))
+    except _UNRECORDABLE as exc:  # a full or read-only state dir: still resume voice below
+        log.error("journal_unwritable", run=run.id, error=str(exc))
+        error = f"the journal could not be written: {exc}"
     except Exception as exc:  # a bug must still end with voice resumed and the run recorded
         log.exception("run_internal_error", run=run.id)
         error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
@@ -279,7 +282,7 @@ class _Run:
             if "resume_voice" not in self.acted:
                 try:
                     done = self.resume_voice()
-                    log.info("voice_resumed_unrecorded", run=self.id, summary=done.summary)
+                    log.warning("voice_resumed_unrecorded", run=self.id, summary=done.summary)
                 except SparkwardenError as resume_exc:
                     error = f"{error}; {resume_exc}"
         return error

@@ -153,8 +153,18 @@ def test_crash_loop_spends_the_budget_and_gives_up(stage: Stage, start_daemon: A
     text = run_cli(daemon.config, "status").stdout
     assert "GAVE UP" in text and "sparkwarden reset" in text
 
+    assert_sound(
+        stage,
+        daemon.history(),
+        llm=llm,
+        port=port,
+        voice={stt: "running"},
+        gave_up=status["gave_up"],
+    )
+
     assert run_cli(daemon.config, "reset").returncode == 0
     assert wait_for("gave-up cleared", lambda: daemon.status()["gave_up"] is None)
+    assert daemon.status()["daemon"]["state"] != "gave up"
 
 
 def test_kill_9_mid_sequence_then_a_new_daemon_repairs(stage: Stage, start_daemon: Any) -> None:

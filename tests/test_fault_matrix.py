@@ -208,7 +208,8 @@ def test_kill_9_at_every_step_is_repaired(
 def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
     stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:
-    llm, port = stage.llm("llm")
+    # A boot of some seconds keeps whichever sequence wins running while the others arrive.
+    llm, port = stage.llm("llm", "--boot-delay", "6")
     stt = stage.voice("stt")
     wait_healthy(port)
     time.sleep(4)  # old enough for the nightly restart (min_uptime 3s below)
@@ -226,14 +227,29 @@ def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
         clients = [start_cli(config, "restart") for _ in range(2)]
         outputs = [c.communicate(timeout=60) for c in clients]
         results = [(c.returncode, out, err) for c, (out, err) in zip(clients, outputs, strict=True)]
-        time.sleep(3)  # anything still pending would have started by now
+        wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"], 60)
+        wait_for(
+            "nothing pending",
+            lambda: (s := daemon.status()["daemon"])["pending"] is None and s["state"] == "idle",
+        )
     finally:
         daemon.stop()
     runs = [r for r in history(config) if r["result"] != "dry-run"]
     assert len(runs) == 1, [(r["reason"], r["result"]) for r in runs]
-    refused = [r for r in results if r[0] == 1]
-    assert all("another sequence is running" in err for _, _, err in refused)
-    assert runs[0]["result"] == "ok"
+    (run,) = runs
+    assert run["result"] == "ok" and run["reason"] in ("manual", "schedule"), run
+    log = daemon.text()
+    assert '"reason": "schedule"' in log  # the nightly trigger did fire...
+    if run["reason"] == "manual":  # ...and, the LLM being fresh from that run, was skipped
+        assert '"schedule_skipped"' in log and "schedule.min_uptime" in log
+    # The clients that did not get the run were refused, each naming the one that did.
+    refused = [err for code, _, err in results if code == 1]
+    assert len(refused) == (1 if run["reason"] == "manual" else 2), results
+    for err in refused:
+        assert "another sequence is running" in err, err
+        assert f"run #{run['id']}" in err, err
+    served = [out for code, out, _ in results if code == 0]
+    assert all(f"run #{run['id']} by the daemon" in out for out in served), served
     assert_sound(stage, runs, llm=llm, port=port, voice={stt: "running"})
 
 
@@ -267,6 +283,7 @@ def test_unusable_metrics_turn_the_acceptance_trigger_off_not_the_daemon(
         if flag != "--no-spec-decode":
             assert '"metrics_unusable"' in daemon.text()
         assert history(config) == []
+        assert_sound(stage, [], llm=llm, port=port, voice={})
     finally:
         daemon.stop()
 

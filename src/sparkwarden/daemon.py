@@ -757,11 +757,11 @@ class Daemon:
                 or holder
                 or (self.step_text if self.state == "restarting" else None)
             )
-            if busy:
-                what = busy if isinstance(busy, str) else f"an operator's ({busy.reason})"
-                yield {"ok": False, "error": f"another sequence is running: {what}"}
-                return
-            self.manual_call = call
+            if not busy:
+                self.manual_call = call
+        if busy:
+            yield {"ok": False, "error": f"another sequence is running: {_naming(busy)}"}
+            return
         try:
             self.queue.put(call)
             if not call.started.wait(timeout=10.0) and call.cancel():
@@ -907,6 +907,15 @@ class Daemon:
             at = datetime.fromisoformat(s["next_restart"]["at"]).astimezone()
             parts.append(f"next {at:%a %H:%M} ({s['next_restart']['reason']})")
         return " | ".join(parts)
+
+
+def _naming(busy: str | ManualCall) -> str:
+    """The sequence a refused request lost to, by its run number once it has one."""
+    if isinstance(busy, str):
+        return busy
+    busy.started.wait(timeout=10.0)
+    run = f"run #{busy.run_id}, " if busy.run_id is not None else ""
+    return f"{run}an operator's ({busy.reason})"
 
 
 def reset_budget(journal: Journal) -> None:

@@ -290,7 +290,6 @@ def test_unusable_metrics_turn_the_acceptance_trigger_off_not_the_daemon(
 
 # --- 14. malformed config: exit 2 naming the key, nothing touched, no traceback ---------------
 
-GOOD = {"llm": {"containers": ["vllm-a"], "base_url": "http://127.0.0.1:8000"}}
 BAD_FILES: list[tuple[str, str]] = [
     ("", "llm: required key is missing"),
     ("[llm]\n", "llm.containers: required key is missing"),
@@ -386,55 +385,84 @@ def test_bad_config_table_exits_2_naming_the_key_and_touches_nothing(
     assert stage.attrs(llm)["State"]["StartedAt"] == before  # no container was touched
 
 
-_values = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(10**6), 10**6),
-    st.floats(allow_nan=True),
-    st.text(max_size=20),
-    st.lists(st.text(max_size=5), max_size=3),
-)
-_keys = st.sampled_from(
-    [
-        "containers",
-        "base_url",
-        "stop_timeout",
-        "health_timeout",
-        "mode",
-        "start_min_available_gib",
-        "cron",
-        "window",
-        "fraction",
-        "max_runs",
-        "socket",
-        "timeout",
-        "unknown_key",
-    ]
-)
-_sections = st.sampled_from(
-    ["llm", "voice", "memory", "schedule", "acceptance", "budget", "control", "docker", "nonsense"]
-)
+#: Keys of the schema the generator mangles, by section, and what kind of value each takes.
+_KNOWN: dict[str, dict[str, str]] = {
+    "llm": {"containers": "list", "base_url": "text", "stop_timeout": "number"},
+    "voice": {"containers": "list", "mode": "text", "stop_timeout": "number"},
+    "memory": {"start_min_available_gib": "number", "floor_gib": "number"},
+    "schedule": {"cron": "text", "missed_grace": "number"},
+    "acceptance": {"window": "number", "fraction": "number"},
+    "budget": {"max_runs": "number", "window": "number"},
+    "control": {"socket": "text"},
+    "docker": {"timeout": "number", "retry_for": "number"},
+}
+_tables = st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), st.integers(), min_size=1)
+
+
+@st.composite
+def _mangled(draw: st.DrawFn) -> tuple[str, str, Any, str]:
+    """(section, key, value, what the error must name): never a valid config. Either a key the
+    schema does not know, or a known key given a value of a kind it can never take."""
+    section = draw(st.sampled_from([*_KNOWN, "nonsense"]))
+    known = _KNOWN.get(section, {})
+    if section == "nonsense" or draw(st.booleans()):
+        key = draw(st.from_regex(r"x_[a-z]{1,8}", fullmatch=True))
+        value = draw(st.one_of(st.integers(), st.text(max_size=5), st.booleans()))
+        return (
+            section,
+            key,
+            value,
+            f"{section}: unknown key"
+            if section == "nonsense"
+            else (f"{section}.{key}: unknown key"),
+        )
+    key = draw(st.sampled_from(sorted(known)))
+    kind = known[key]
+    wrong = [_tables]
+    if kind != "list":
+        wrong.append(st.lists(st.integers(), min_size=1, max_size=3))
+    if kind == "number":
+        wrong.append(st.integers(-(10**6), -1))
+    if kind == "list":
+        wrong.append(st.integers())
+    value = draw(st.one_of(*wrong))
+    return section, key, value, f"{section}.{key}"
+
+
+@pytest.fixture(scope="module")
+def idle_llm(docker_client: Any) -> Iterator[str]:
+    """One stand-in that no mangled config may touch (module-wide: hypothesis runs many)."""
+    stage = Stage(docker_client)
+    name, _ = stage.llm("idle")
+    try:
+        yield name
+    finally:
+        stage.cleanup()
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(section=_sections, key=_keys, value=_values)
+@given(mangled=_mangled())
 def test_any_mangled_config_is_refused_cleanly(
-    section: str, key: str, value: Any, tmp_path_factory: pytest.TempPathFactory
+    mangled: tuple[str, str, Any, str],
+    idle_llm: str,
+    docker_client: Any,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    data = json.loads(json.dumps(GOOD))
+    section, key, value, named = mangled
+    data: dict[str, Any] = {"llm": {"containers": [idle_llm], "base_url": "http://127.0.0.1:9"}}
     data.setdefault(section, {})[key] = value
-    data = {s: {k: v for k, v in d.items() if v is not None} for s, d in data.items()}
     path = tmp_path_factory.mktemp("cfg") / "c.toml"
     path.write_text(tomli_w.dumps(data))
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(["--config", str(path), "check-config"])
-    said = err.getvalue()
-    assert code in (0, 2), said
-    if code == 2:
-        assert "Traceback" not in said
-        named = (f"{section}.{key}", f"{section}: unknown key", "both llm and voice")
-        assert any(n in said for n in named), said
+    before = docker_client.containers.get(idle_llm).attrs["State"]
+    for command in ("check-config", "restart"):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = cli.main(["--config", str(path), command])
+        said = err.getvalue()
+        assert code == 2, (data, command, said)
+        assert named in said and "Traceback" not in said, (data, said)
+    after = docker_client.containers.get(idle_llm).attrs["State"]
+    assert (after["Status"], after["StartedAt"]) == (before["Status"], before["StartedAt"])
 
 
 # --- helpers for the rows below ---------------------------------------------------------------

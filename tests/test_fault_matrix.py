@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from sparkwarden.sequence import STEPS
 from tests.conftest import history, run_cli, running_step, socket_of, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.privatedocker import PrivateDocker
-from tests.soundness import assert_sound
+from tests.soundness import answers_chat, assert_sound
 from tests.standin.stage import Stage, ensure_image, wait_healthy
 
 pytestmark = pytest.mark.docker
@@ -859,3 +860,44 @@ def test_runs_dated_in_the_future_do_not_stop_reset_from_clearing_gave_up(
     assert crash["result"] == "ok", crash
     assert events_since(stage, llm, "start", since)
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- the kill point, fuzzed: anywhere in the sequence, and again anywhere in the repair -------
+
+FUZZ_RUNS = 24
+
+
+def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
+) -> None:
+    """``kill -9`` after a random delay into an operator's run (anywhere from before ``detect``
+    to after ``resume_voice``), half the time again a random delay into the repair, then a
+    daemon left alone: every time, the box ends sound and nothing is left ``running``."""
+    llm, port = stage.llm("llm", "--boot-delay", "1", "--stop-delay", "1")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    config = make_daemon_config([llm], port, [stt])
+    seed = int(time.time())
+    rng = random.Random(seed)
+    for attempt in range(FUZZ_RUNS):
+        where = f"seed {seed}, attempt {attempt}"
+        first = DaemonProcess(config, tmp_path / f"fuzz-{attempt}-a.log").start()
+        client = start_cli(config, "restart")
+        time.sleep(rng.uniform(0.0, 6.0))  # the fuzzed kill point, not a wait for anything
+        first.signal(signal.SIGKILL)
+        first.wait()
+        client.kill()
+        client.wait()
+        if rng.random() < 0.5:
+            second = DaemonProcess(config, tmp_path / f"fuzz-{attempt}-b.log").start(ready=False)
+            time.sleep(rng.uniform(0.3, 4.0))  # somewhere in its start-up or its repair
+            second.signal(signal.SIGKILL)
+            second.wait()
+        last = DaemonProcess(config, tmp_path / f"fuzz-{attempt}-c.log").start()
+        try:
+            runs = history(config)
+            assert all(r["result"] != "running" for r in runs), (where, runs[:3])
+            assert_sound(stage, runs, llm=llm, port=port, voice={stt: "running"})
+            assert stage.status(llm) == "running" and answers_chat(port), where
+        finally:
+            last.stop()

@@ -81,3 +81,35 @@ class BlinkProxy:
         self._server.close()
         self.path.unlink(missing_ok=True)
         self.dir.rmdir()
+
+
+class HungEngine:
+    """A Docker socket that accepts every connection, reads the request, and never answers: a
+    wedged dockerd as a caller sees it."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sw-hung-"))
+        self.path = self.dir / "docker.sock"
+        self.url = f"unix://{self.path}"
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(self.path))
+        self._server.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._held.append(conn)  # kept open, never written to
+
+    def close(self) -> None:
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+        self.path.unlink(missing_ok=True)
+        self.dir.rmdir()

@@ -442,3 +442,60 @@ def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
     time.sleep(3)
     assert len(third.history()) == 1, "an event already handled must not be replayed"
     assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
+    stage: Stage, start_daemon: Any, control_dir: Path
+) -> None:
+    """Every Docker call has a timeout: against a socket that accepts and never answers, the
+    loop gives each call up at ``docker.timeout``, says so, and is never wedged, so it keeps
+    the watchdog's lease (a loop wedged past its lease stops the pings: the test above)."""
+    from tests.blinkproxy import HungEngine
+
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    notify_path = control_dir / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(notify_path))
+    sink.settimeout(0.5)
+    hung = HungEngine()
+    pings: list[float] = []
+
+    def listen() -> None:
+        while True:
+            try:
+                if "WATCHDOG=1" in sink.recv(4096).decode():
+                    pings.append(time.monotonic())
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        daemon = start_daemon(
+            [llm],
+            port,
+            [],
+            env={
+                "DOCKER_HOST": hung.url,
+                "NOTIFY_SOCKET": str(notify_path),
+                "WATCHDOG_USEC": "1000000",
+            },
+            docker={"timeout": "2s", "retry_for": "1s"},
+        )
+        status = wait_for(
+            "status to say Docker does not answer",
+            lambda: "did not answer in time" in (s := daemon.status())["llm"]["note"]
+            or "unreachable" in s["llm"]["note"],
+            timeout=60,
+        )
+        assert status["daemon"]["state"] == "idle"
+        assert hung.accepted >= 1  # the calls did reach the hung socket
+        count = len(pings)
+        wait_for("pings to go on while calls time out", lambda: len(pings) >= count + 4, 30)
+        assert daemon.answering()
+        assert daemon.history() == []
+    finally:
+        sink.close()
+        hung.close()

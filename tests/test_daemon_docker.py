@@ -486,8 +486,14 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
         )
         status = wait_for(
             "status to say Docker does not answer",
-            lambda: "did not answer in time" in (s := daemon.status())["llm"]["note"]
-            or "unreachable" in s["llm"]["note"],
+            lambda: (
+                (s := daemon.status())
+                and (
+                    "did not answer in time" in s["llm"]["note"]
+                    or "unreachable" in s["llm"]["note"]
+                )
+                and s
+            ),
             timeout=60,
         )
         assert status["daemon"]["state"] == "idle"

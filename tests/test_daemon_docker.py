@@ -505,3 +505,103 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
     finally:
         sink.close()
         hung.close()
+
+
+def test_the_schedule_is_skipped_while_the_engine_is_younger_than_min_uptime(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    # Every minute, a missed run made up at boot: due now, but the engine is seconds old.
+    daemon = start_daemon(
+        [llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "5m", "min_uptime": "1h"}
+    )
+    wait_for("the skip", lambda: '"schedule_skipped"' in daemon.text())
+    assert "schedule.min_uptime 3600s" in daemon.text()
+    assert daemon.status()["daemon"]["pending"] is None
+    assert daemon.history() == []
+
+
+def test_an_operators_successful_restart_clears_gave_up(stage: Stage, start_daemon: Any) -> None:
+    from sparkwarden.journal import Journal
+
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt])
+    journal = Journal(daemon.settings.state.dir)
+    journal.put("gave_up", {"reason": "crash", "why": "restart budget spent: test", "at": "x"})
+    journal.close()
+    daemon.request({"cmd": "release"})  # any admin request makes the daemon read it again
+    wait_for("gave up", lambda: daemon.status()["daemon"]["state"] == "gave up")
+    result = run_cli(daemon.config, "restart")
+    assert result.returncode == 0, result.stderr
+    status = wait_for("gave-up cleared", lambda: (s := daemon.status())["gave_up"] is None and s)
+    assert status["daemon"]["state"] == "idle"
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_sigterm_mid_run_asks_systemd_for_time_to_resume_voice(
+    stage: Stage, start_daemon: Any, control_dir: Path
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "60")
+    stt = stage.voice("stt")
+    notify_path = control_dir / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(notify_path))
+    sink.settimeout(0.5)
+    messages: list[str] = []
+
+    def listen() -> None:  # as systemd does: a full datagram queue would block the sender
+        while True:
+            try:
+                messages.append(sink.recv(4096).decode())
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        daemon = start_daemon([llm], port, [stt], env={"NOTIFY_SOCKET": str(notify_path)})
+        restart = start_cli(daemon.config, "restart")
+        wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+        restart.wait(timeout=30)
+        wait_for("STOPPING=1", lambda: any("STOPPING=1" in m for m in messages))
+    finally:
+        sink.close()
+    stopping = [m for m in messages if "STOPPING=1" in m]
+    cfg = daemon.settings
+    want = int((cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60) * 1e6)
+    assert f"EXTEND_TIMEOUT_USEC={want}" in stopping[0], stopping
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+@pytest.mark.parametrize("action", ["warn", "restart"])
+def test_memory_floor_warn_only_warns_and_restart_restarts(
+    stage: Stage, start_daemon: Any, action: str
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm],
+        port,
+        [stt],
+        memory={"floor_gib": 100000, "floor_for": "0s", "floor_action": action},
+        budget={"max_runs": 1, "window": "1h"},
+    )
+    wait_for("the floor alert", lambda: '"memory_floor"' in daemon.text())
+    if action == "warn":
+        status = wait_for(
+            "below floor", lambda: (s := daemon.status())["memory"]["below_floor"] and s
+        )
+        assert status["daemon"]["state"] == "idle"
+        assert stage.status(stt) == "running" and daemon.history() == []
+    else:
+        run = wait_for("the memory run", lambda: daemon.runs_with("memory"), timeout=60)[0]
+        assert run["result"] == "ok" and "below the floor of 100000 GiB" in daemon.text()
+        assert stage.status(stt) == "running"
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})

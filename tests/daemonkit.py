@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,3 +105,31 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class NotifySink:
+    """A ``NOTIFY_SOCKET`` read as systemd reads it, every datagram at once (a full queue would
+    block the daemon's sends): ``messages`` holds (monotonic time, text)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[tuple[float, str]] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(str(path))
+        self._sock.settimeout(0.5)
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                self.messages.append((time.monotonic(), self._sock.recv(4096).decode()))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def saying(self, text: str) -> list[str]:
+        return [m for _, m in self.messages if text in m]
+
+    def close(self) -> None:
+        self._sock.close()

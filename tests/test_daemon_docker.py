@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from sparkwarden import control
 from tests.conftest import run_cli, running_step, start_cli
-from tests.daemonkit import DaemonProcess, wait_for
+from tests.daemonkit import DaemonProcess, NotifySink, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
 
@@ -216,22 +215,8 @@ def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(
 ) -> None:
     llm, port = stage.llm("llm")
     wait_healthy(port)
-    notify_path = control_dir / "notify.sock"
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sink.bind(str(notify_path))
-    messages: list[tuple[float, str]] = []
-
-    def listen() -> None:
-        sink.settimeout(0.5)
-        while True:
-            try:
-                messages.append((time.monotonic(), sink.recv(4096).decode()))
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    threading.Thread(target=listen, daemon=True).start()
+    sink = NotifySink(control_dir / "notify.sock")
+    messages = sink.messages
     try:
         daemon = start_daemon(
             [llm],
@@ -239,7 +224,7 @@ def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(
             [],
             llm={"probe_timeout": "3s"},
             env={
-                "NOTIFY_SOCKET": str(notify_path),
+                "NOTIFY_SOCKET": str(sink.path),
                 "WATCHDOG_USEC": "1000000",
                 "SPARKWARDEN_ENABLE_FAULTS": "1",
             },
@@ -454,24 +439,8 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
 
     llm, port = stage.llm("llm")
     wait_healthy(port)
-    notify_path = control_dir / "notify.sock"
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sink.bind(str(notify_path))
-    sink.settimeout(0.5)
+    sink = NotifySink(control_dir / "notify.sock")
     hung = HungEngine()
-    pings: list[float] = []
-
-    def listen() -> None:
-        while True:
-            try:
-                if "WATCHDOG=1" in sink.recv(4096).decode():
-                    pings.append(time.monotonic())
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    threading.Thread(target=listen, daemon=True).start()
     try:
         daemon = start_daemon(
             [llm],
@@ -479,7 +448,7 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
             [],
             env={
                 "DOCKER_HOST": hung.url,
-                "NOTIFY_SOCKET": str(notify_path),
+                "NOTIFY_SOCKET": str(sink.path),
                 "WATCHDOG_USEC": "1000000",
             },
             docker={"timeout": "2s", "retry_for": "1s"},
@@ -498,8 +467,12 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
         )
         assert status["daemon"]["state"] == "idle"
         assert hung.accepted >= 1  # the calls did reach the hung socket
-        count = len(pings)
-        wait_for("pings to go on while calls time out", lambda: len(pings) >= count + 4, 30)
+        count = len(sink.saying("WATCHDOG=1"))
+        wait_for(
+            "pings to go on while calls time out",
+            lambda: len(sink.saying("WATCHDOG=1")) >= count + 4,
+            30,
+        )
         assert daemon.answering()
         assert daemon.history() == []
     finally:
@@ -546,33 +519,18 @@ def test_sigterm_mid_run_asks_systemd_for_time_to_resume_voice(
 ) -> None:
     llm, port = stage.llm("llm", "--boot-delay", "60")
     stt = stage.voice("stt")
-    notify_path = control_dir / "notify.sock"
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sink.bind(str(notify_path))
-    sink.settimeout(0.5)
-    messages: list[str] = []
-
-    def listen() -> None:  # as systemd does: a full datagram queue would block the sender
-        while True:
-            try:
-                messages.append(sink.recv(4096).decode())
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    threading.Thread(target=listen, daemon=True).start()
+    sink = NotifySink(control_dir / "notify.sock")
     try:
-        daemon = start_daemon([llm], port, [stt], env={"NOTIFY_SOCKET": str(notify_path)})
+        daemon = start_daemon([llm], port, [stt], env={"NOTIFY_SOCKET": str(sink.path)})
         restart = start_cli(daemon.config, "restart")
         wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=60) == 0
         restart.wait(timeout=30)
-        wait_for("STOPPING=1", lambda: any("STOPPING=1" in m for m in messages))
+        wait_for("STOPPING=1", lambda: sink.saying("STOPPING=1"))
     finally:
         sink.close()
-    stopping = [m for m in messages if "STOPPING=1" in m]
+    stopping = sink.saying("STOPPING=1")
     cfg = daemon.settings
     want = int((cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60) * 1e6)
     assert f"EXTEND_TIMEOUT_USEC={want}" in stopping[0], stopping

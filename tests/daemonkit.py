@@ -133,3 +133,22 @@ class NotifySink:
 
     def close(self) -> None:
         self._sock.close()
+
+
+class Daemons:
+    """Daemons a test starts, logging under ``logs``; :meth:`stop_all` ends each by its pid."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[DaemonProcess] = []
+
+    def start(
+        self, config: Path, env: dict[str, str] | None = None, ready: bool = True
+    ) -> DaemonProcess:
+        daemon = DaemonProcess(config, self.logs / f"daemon-{len(self.started)}.log", env)
+        self.started.append(daemon)
+        return daemon.start(ready=ready)
+
+    def stop_all(self) -> None:
+        for daemon in self.started:
+            daemon.stop()

@@ -16,7 +16,7 @@ import pytest
 
 from sparkwarden import control
 from tests.conftest import run_cli, running_step, start_cli
-from tests.daemonkit import DaemonProcess, NotifySink, wait_for
+from tests.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
 
@@ -45,7 +45,7 @@ def control_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterator[Any]:
-    started: list[DaemonProcess] = []
+    pool = Daemons(tmp_path)
 
     def start(
         llm_names: list[str],
@@ -59,14 +59,10 @@ def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterato
         merged["control"] = {"socket": str(control_dir / "control.sock"), "group": ""}
         for key, values in sections.items():
             merged.setdefault(key, {}).update(values)
-        config = make_config(llm_names, port, voice_names, **merged)
-        daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
-        started.append(daemon)
-        return daemon.start(ready=ready)
+        return pool.start(make_config(llm_names, port, voice_names, **merged), env, ready)
 
     yield start
-    for daemon in started:
-        daemon.stop()
+    pool.stop_all()
 
 
 def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(

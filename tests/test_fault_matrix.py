@@ -28,7 +28,7 @@ from sparkwarden import cli
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.sequence import STEPS
 from tests.conftest import history, run_cli, running_step, socket_of, start_cli
-from tests.daemonkit import DaemonProcess, wait_for
+from tests.daemonkit import DaemonProcess, Daemons, wait_for
 from tests.privatedocker import PrivateDocker
 from tests.soundness import answers_chat, assert_sound
 from tests.standin.stage import Stage, ensure_image, wait_healthy
@@ -492,24 +492,25 @@ def events_since(stage: Stage, name: str, action: str, since: float) -> list[dic
     ]
 
 
+def serving(stage: Stage, *standin: str) -> tuple[str, int, str]:
+    """A stand-in LLM answering on its port, and a running voice container: (llm, port, stt)."""
+    llm, port = stage.llm("llm", *standin)
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    return llm, port, stt
+
+
 @pytest.fixture
 def daemons(tmp_path: Path) -> Iterator[Any]:
     """Start daemons on a config; every one is stopped (by its own pid) at the end."""
-    started: list[DaemonProcess] = []
+    pool = Daemons(tmp_path)
 
     def start(config: Path, stall_at: str | None = None, ready: bool = True) -> DaemonProcess:
-        env = (
-            {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": stall_at}
-            if (stall_at)
-            else {}
-        )
-        daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
-        started.append(daemon)
-        return daemon.start(ready=ready)
+        stall = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": stall_at}
+        return pool.start(config, stall if stall_at else None, ready)
 
     yield start
-    for daemon in started:
-        daemon.stop()
+    pool.stop_all()
 
 
 def kill_mid_run(daemon: DaemonProcess, config: Path, step: str) -> None:
@@ -543,9 +544,7 @@ def repairs(config: Path, count: int = 1, timeout: float = 90.0) -> list[dict[st
 def test_killed_mid_docker_stop_the_repair_finishes_the_stop_and_starts_it(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
-    llm, port = stage.llm("llm", "--stop-delay", "4")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage, "--stop-delay", "4")
     config = make_daemon_config([llm], port, [stt])
     first = daemons(config)
     since = time.time()
@@ -573,9 +572,7 @@ def test_killed_mid_docker_stop_the_repair_finishes_the_stop_and_starts_it(
 def test_killed_again_in_the_repair_the_next_repair_still_resumes_voice(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
-    llm, port = stage.llm("llm")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage)
     config = make_daemon_config([llm], port, [stt])
     kill_mid_run(daemons(config, stall_at="stop_llm"), config, "stop_llm")
     assert stage.status(stt) == "paused"
@@ -653,9 +650,7 @@ def test_repair_never_starts_a_second_llm_beside_one_the_operator_started(
 def test_memory_floor_pause_is_resumed_by_a_restarted_daemon(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
-    llm, port = stage.llm("llm")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage)
     floor = {"floor_for": "0s", "floor_action": "pause_voice"}
     config = make_daemon_config([llm], port, [stt], memory={"floor_gib": 100000, **floor})
     first = daemons(config)
@@ -700,9 +695,7 @@ def fill(directory: Path) -> None:
 def test_a_journal_that_cannot_be_written_still_resumes_voice(
     stage: Stage, make_config: Any, small_state_dir: Path
 ) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "3")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage, "--boot-delay", "3")
     config = make_config([llm], port, [stt], state={"dir": str(small_state_dir)})
     restart = start_cli(config, "restart")
     try:
@@ -727,9 +720,7 @@ def test_a_journal_that_cannot_be_written_still_resumes_voice(
 def test_sighup_mid_run_finishes_the_run_then_rereads_the_config(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "3")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage, "--boot-delay", "3")
     config = make_daemon_config([llm], port, [stt])
     daemon = daemons(config)
     client = start_cli(config, "restart")
@@ -761,9 +752,7 @@ def test_a_retried_pause_that_had_landed_is_recorded_and_resumed(
 ) -> None:
     from tests.blinkproxy import BlinkProxy
 
-    llm, port = stage.llm("llm")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage)
     config = make_config([llm], port, [stt])
     proxy = BlinkProxy(f"/containers/{stage.attrs(stt)['Id']}/pause".encode())
     try:
@@ -787,9 +776,7 @@ SECRET = "sk-sparkwarden-test-4f2a9c"
 def test_a_malformed_api_key_is_refused_at_load_and_never_printed(
     stage: Stage, make_config: Any, tmp_path: Path
 ) -> None:
-    llm, port = stage.llm("llm")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage)
     key = tmp_path / "api-key"
     key.write_text(f"{SECRET}\n# the key for the spark\n")
     config = make_config([llm], port, [stt], llm={"api_key_file": str(key)})
@@ -826,9 +813,7 @@ def test_runs_dated_in_the_future_do_not_stop_reset_from_clearing_gave_up(
 ) -> None:
     from sparkwarden.journal import Journal
 
-    llm, port = stage.llm("llm")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage)
     config = make_daemon_config(
         [llm],
         port,
@@ -873,9 +858,7 @@ def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
     """``kill -9`` after a random delay into an operator's run (anywhere from before ``detect``
     to after ``resume_voice``), half the time again a random delay into the repair, then a
     daemon left alone: every time, the box ends sound and nothing is left ``running``."""
-    llm, port = stage.llm("llm", "--boot-delay", "1", "--stop-delay", "1")
-    stt = stage.voice("stt")
-    wait_healthy(port)
+    llm, port, stt = serving(stage, "--boot-delay", "1", "--stop-delay", "1")
     config = make_daemon_config([llm], port, [stt])
     seed = int(time.time())
     rng = random.Random(seed)

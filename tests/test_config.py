@@ -131,3 +131,22 @@ def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
         assert set(values) <= set(shipped[section]), f"[{section}] misses keys"
     for optional in ("api_key_file", "model", "timezone", "url_file", "events", "min_interval"):
         assert f"# {optional} = " in text
+
+
+def test_api_key_shape_is_checked_without_quoting_the_key() -> None:
+    from sparkwarden.config import key_problem
+    from sparkwarden.errors import scrub
+
+    assert key_problem("sk-abc123\n") is None and key_problem("") is None
+    for bad in ("sk-abc\n# mine\n", "sk abc", "sk-abc\tx", "sk-\x00abc", "sk-é"):
+        problem = key_problem(bad)
+        assert problem is not None and "abc" not in problem
+    said = "LocalProtocolError: Illegal header value b'Bearer sk-abc\\n# mine'"
+    assert (
+        scrub(said, "sk-abc\n# mine")
+        == "LocalProtocolError: Illegal header value b'Bearer [redacted]'"
+    )
+    assert (
+        scrub("Authorization: Bearer sk-xyz and more")
+        == "Authorization: Bearer [redacted] and more"
+    )

@@ -14,8 +14,8 @@ def scrub(text: str, *secrets: str | None) -> str:
     """Text fit to record: exception messages can carry a request's headers (httpx's "Illegal
     header value b'Bearer ...'"), and they go to the journal, the log, status and webhooks."""
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
+        for form in (secret, repr(secret)[1:-1]) if secret else ():  # as is, and as quoted
+            text = text.replace(form, "[redacted]")
     return _BEARER.sub(r"\1 [redacted]", text)
 
 

@@ -300,8 +300,6 @@ class _Run:
         states = [docker.inspect(name) for name in self.config.llm.containers]
         for name in self.config.voice.containers:
             docker.inspect(name)  # a missing voice container fails here, before anything moved
-        remembered = resume.container if resume and resume.container else journal.last_container()
-        active = choose_active(states, remembered)
         if resume and resume.container:
             # The interrupted run's container, unless another candidate is up now (an operator
             # started it meanwhile): repairing it must not start a second LLM beside that one.
@@ -312,9 +310,11 @@ class _Run:
                     f"the interrupted run's container {resume.container} is no longer in "
                     "llm.containers; not repairing it",
                 )
-            if mine[0].up or not active.up:
-                active = mine[0]
+            up = any(s.up for s in states)
+            active = choose_active(states, resume.container) if up else mine[0]
             self.stop_sent = resume.llm_stopped and active.name == resume.container
+        else:
+            active = choose_active(states, journal.last_container())
         self.container = active
         journal.set_container(self.id, active.name, active.id)
         candidates = {s.name: s.status for s in states}

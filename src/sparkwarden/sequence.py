@@ -13,7 +13,8 @@ memory the driver has not returned, and a container started at once dies in it. 
 8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
-sparkwarden itself can be finished later (reason ``repair``).
+sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
+before it acts too. Voice is resumed even when the journal cannot be written at all.
 """
 
 from __future__ import annotations
@@ -540,7 +541,7 @@ class _Run:
                     already[name] = status
             except NoSuchContainer:
                 already[name] = "gone"  # removed while paused: nothing left to resume
-            except SparkwardenError as exc:
+            except Exception as exc:  # one that cannot be resumed must not keep the next paused
                 failures.append(f"{name}: {exc}")
         detail = {"resumed": resumed, "already": already}
         if failures:

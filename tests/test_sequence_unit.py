@@ -218,6 +218,9 @@ def test_resume_from_an_interrupted_runs_plan() -> None:
     plan = {"voice_paused": ["stt"], "llm_stopped": True, "container": "llm"}
     assert sequence.Resume.from_plan(None, plan) == sequence.Resume("llm", ["stt"], True)
     assert sequence.Resume.from_plan("a", {}) == sequence.Resume("a", [], False)
+    assert sequence.Resume.from_plan(None, {**plan, "llm_started": True}) == sequence.Resume(
+        "llm", ["stt"], False
+    )  # the stop had finished and the start was sent: a running LLM is the one it started
     assert sequence.Resume.from_plan(None, {}) is None  # cut short before touching anything
     assert sequence.Resume.from_plan(None, {"voice_paused": ["stt"]}) == sequence.Resume(
         None, ["stt"]

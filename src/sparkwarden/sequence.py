@@ -134,7 +134,8 @@ class Resume:
         resume = cls(
             container or plan.get("container"),
             list(plan.get("voice_paused", [])),
-            bool(plan.get("llm_stopped")),
+            # Once the start was sent, a running LLM is the one the run started.
+            bool(plan.get("llm_stopped")) and not plan.get("llm_started"),
         )
         return resume if resume.container or resume.voice_paused else None
 
@@ -433,6 +434,7 @@ class _Run:
         docker = self.parts.docker
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
+        self.parts.journal.remember(self.id, llm_started=True)
         docker.start(active.name)
         after = docker.inspect(active.name)
         if after.id != active.id:

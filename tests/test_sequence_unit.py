@@ -225,3 +225,22 @@ def test_resume_from_an_interrupted_runs_plan() -> None:
     assert sequence.Resume.from_plan(None, {"voice_paused": ["stt"]}) == sequence.Resume(
         None, ["stt"]
     )
+
+
+def test_a_repair_that_cannot_even_begin_its_run_still_resumes_voice(tmp_path: Path) -> None:
+    import sqlite3
+
+    import pytest
+
+    from sparkwarden.errors import SparkwardenError
+
+    docker = FakeDocker({"llm": "running", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+
+    def full(*_args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    parts.journal.begin_run = full  # type: ignore[method-assign]
+    with pytest.raises(SparkwardenError, match="the journal could not be written"):
+        sequence.restart(config, "repair", parts, resume=sequence.Resume("llm", ["stt"]))
+    assert docker.calls == ["unpause stt"]

@@ -152,7 +152,16 @@ def restart(
     resume: Resume | None = None,
 ) -> Outcome:
     """Run the whole sequence once. The caller holds the run lock."""
-    run = _Run(config, parts, parts.journal.begin_run(reason), observer or (lambda _e: None))
+    observer = observer or (lambda _e: None)
+    try:
+        run_id = parts.journal.begin_run(reason)
+    except _UNRECORDABLE as exc:
+        if resume:  # nothing can be recorded, but voice an interrupted run paused comes back
+            orphan = _Run(config, parts, 0, observer)
+            orphan.paused = list(resume.voice_paused)
+            orphan.resume_unrecorded(f"the journal could not be written: {exc}")
+        raise SparkwardenError(f"the journal could not be written: {exc}") from None
+    run = _Run(config, parts, run_id, observer)
     run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
@@ -282,11 +291,17 @@ class _Run:
             log.error("journal_unwritable", run=self.id, error=str(exc))
             error = error or f"the journal could not be written: {exc}"
             if "resume_voice" not in self.acted:
-                try:
-                    done = self.resume_voice()
-                    log.warning("voice_resumed_unrecorded", run=self.id, summary=done.summary)
-                except SparkwardenError as resume_exc:
-                    error = f"{error}; {resume_exc}"
+                error = self.resume_unrecorded(error)
+        return error
+
+    def resume_unrecorded(self, error: str) -> str:
+        """``resume_voice`` without the journal; the log says what it did. Returns the error."""
+        try:
+            done = self.resume_voice()
+            log.warning("voice_resumed_unrecorded", run=self.id, summary=done.summary)
+        except SparkwardenError as exc:
+            log.error("voice_not_resumed", run=self.id, error=str(exc))
+            error = f"{error}; {exc}"
         return error
 
     def skip_untaken(self) -> None:

@@ -884,3 +884,39 @@ def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
             assert stage.status(llm) == "running" and answers_chat(port), where
         finally:
             last.stop()
+
+
+_CLOCK_AHEAD = """\
+import os, time
+_real, _flag = time.time, os.environ["SWT_CLOCK_STEPPED"]
+time.time = lambda: _real() + (0.0 if os.path.exists(_flag) else 3600.0)
+"""
+
+
+def test_a_daemon_whose_clock_steps_back_still_sees_a_real_crash(
+    stage: Stage, make_daemon_config: Any, daemons: Any, tmp_path: Path
+) -> None:
+    """The daemon's wall clock runs an hour fast (a bad RTC), a run ends, then NTP steps it
+    back: Docker's ``die`` events, dated by the real clock, are no longer "before the end of
+    our own run" and ignored; the next crash is restarted."""
+    llm, port, stt = serving(stage)
+    config = make_daemon_config([llm], port, [stt])
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_CLOCK_AHEAD)
+    stepped = tmp_path / "stepped"
+    env = {"PYTHONPATH": str(site), "SWT_CLOCK_STEPPED": str(stepped)}
+    daemon = DaemonProcess(config, tmp_path / "ahead.log", env).start()
+    try:
+        assert run_cli(config, "restart").returncode == 0  # dated an hour ahead
+        stepped.touch()  # NTP steps the clock back
+        wait_for("the step to be seen", lambda: '"clock_stepped_back"' in daemon.text())
+        stage.client.containers.get(llm).kill()
+        crash = wait_for(
+            "the crash run", lambda: [r for r in history(config) if r["reason"] == "crash"], 60
+        )[0]
+        wait_for("it to end", lambda: history(config)[0]["ended_at"], 60)
+        assert history(config)[0]["result"] == "ok", crash
+    finally:
+        daemon.stop()
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

@@ -209,8 +209,9 @@ def test_kill_9_at_every_step_is_repaired(
 def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
     stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:
-    # A boot of some seconds keeps whichever sequence wins running while the others arrive.
-    llm, port = stage.llm("llm", "--boot-delay", "6")
+    # A teardown of some seconds keeps whichever sequence wins running while the others
+    # arrive, and leaves the engine fresh (under min_uptime) when it ends.
+    llm, port = stage.llm("llm", "--stop-delay", "5")
     stt = stage.voice("stt")
     wait_healthy(port)
     time.sleep(4)  # old enough for the nightly restart (min_uptime 3s below)

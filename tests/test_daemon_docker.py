@@ -9,12 +9,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkwarden import control
+from sparkwarden.canary import WORKLOAD_NOT_DRAFTER
 from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
 from tests.soundness import assert_sound, no_overlap
@@ -53,12 +55,15 @@ def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterato
         voice_names: list[str],
         env: dict[str, str] | None = None,
         ready: bool = True,
-        **sections: dict[str, Any],
+        **sections: Any,
     ) -> DaemonProcess:
-        merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in FAST.items()}
+        merged: dict[str, Any] = {k: dict(v) for k, v in FAST.items()}
         merged["control"] = {"socket": str(control_dir / "control.sock"), "group": ""}
         for key, values in sections.items():
-            merged.setdefault(key, {}).update(values)
+            if isinstance(values, dict):
+                merged.setdefault(key, {}).update(values)
+            else:  # an array of tables, e.g. [[notify]]
+                merged[key] = values
         return pool.start(make_config(llm_names, port, voice_names, **merged), env, ready)
 
     yield start
@@ -89,7 +94,9 @@ def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
     assert "stopped by hand" in text
 
 
-def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any) -> None:
+def test_decaying_acceptance_triggers_acceptance_on_passive_evidence_with_confirm_none(
+    stage: Stage, start_daemon: Any
+) -> None:
     llm, port = stage.llm(
         "llm",
         "--acceptance",
@@ -114,12 +121,126 @@ def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any
             "warmup": "0s",
             "learn_windows": 2,
             "consecutive": 2,
+            "confirm": "none",
         },
     )
     run = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=40)[0]
     assert run["result"] == "ok"
     log = daemon.text()
     assert '"event": "drained"' in log and "healthy share of drafting" in log
+
+
+#: Users whose traffic swings math -> prose -> math (12 s each: busy 8 s, idle 4 s, from the
+#: daemon's first scrape), on a depth law that is not the one the passive estimate assumes:
+#: learnt on math, its baseline makes every prose phase look like a decay (health ~0.6).
+SWINGING = (
+    "--traffic",
+    "math,prose",
+    "--law",
+    "deeper-easier",
+    "--swing-every",
+    "12",
+    "--busy-for",
+    "8",
+    "--idle-for",
+    "4",
+    "--drafts-per-s",
+    "300",
+)
+#: Short windows, and canaries as soon as the engine has idled a second.
+CANARY_FAST = {
+    "window": "1s",
+    "min_draft_tokens": 100,
+    "warmup": "0s",
+    "learn_windows": 2,
+    "consecutive": 2,
+    "canary_idle": "1s",
+    "canary_interval": "2s",
+    "canary_soon": "1s",
+    "canary_max_tokens": 64,
+}
+
+
+def canaries(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in daemon.text().splitlines()
+        if '"event": "drafting_canary"' in line
+    ]
+
+
+def test_swinging_traffic_fools_the_passive_estimate_alone(stage: Stage, start_daemon: Any) -> None:
+    """The hazard the canary exists for: with confirm = "none" the swing restarts a healthy
+    engine."""
+    llm, port = stage.llm("llm", *SWINGING)
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance={**CANARY_FAST, "confirm": "none"})
+    (run, *_) = wait_for("a false acceptance run", lambda: daemon.runs_with("acceptance"), 90)
+    assert "healthy share of drafting" in run["plan"]["why"]
+
+
+def test_swinging_traffic_restarts_nothing_under_the_canary(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm", *SWINGING)
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+
+    def cleared() -> bool:
+        notes = [c["note"] for c in canaries(daemon) if c["valid"]]
+        return len(notes) >= 6 and any(n.startswith(WORKLOAD_NOT_DRAFTER) for n in notes)
+
+    wait_for("a low passive estimate the canary clears, over two swings", cleared, timeout=120)
+    assert daemon.history() == [], "a swing of the workload must not restart anything"
+    canary = daemon.status()["acceptance"]["canary"]
+    assert canary["confirm"] == "canary" and canary["health"] > 0.9
+    assert set(canary["baseline"]) == {"math", "code", "prose"}
+    assert "canary:      health " in run_cli(daemon.config, "status").stdout
+
+
+def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm(
+        "llm",
+        *SWINGING,
+        "--decay-kind",
+        "per-token",
+        "--decay-after",
+        "15",
+        "--decay-over",
+        "1",
+        "--decay-once",
+        "/tmp/decayed",
+    )
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    wait_for(
+        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
+    )
+    # recorded from after the baseline was learnt: record still writes the baseline's canary
+    trace = daemon.config.parent / "day.jsonl"
+    recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
+    (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
+    assert run["result"] == "ok"
+    why = run["plan"]["why"]
+    assert why.startswith("drafting canary at ") and "math " in why and "prose " in why
+    shown = run_cli(daemon.config, "history").stdout
+    assert "why: drafting canary at" in shown
+    # the restarted engine drafts as before: a new baseline, and no second restart
+    ended = datetime.fromisoformat(run["ended_at"]).timestamp()
+    wait_for(
+        "two valid canaries after the restart",
+        lambda: sum(c["valid"] for c in canaries(daemon) if c["t"] > ended) >= 2,
+        timeout=60,
+    )
+    assert len(daemon.runs_with("acceptance", finished=False)) == 1
+    recorder.send_signal(signal.SIGTERM)
+    assert recorder.wait(timeout=30) == 0
+    # the recorded day, replayed, decides what the daemon decided, and for the same reason
+    replayed = json.loads(run_cli(daemon.config, "replay", str(trace), "--json").stdout)
+    assert [(f["by"], f["why"]) for f in replayed["fires"]] == [("canary", why)]
+    assert replayed["canaries"] >= 4
 
 
 def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:
@@ -575,3 +696,54 @@ def test_memory_floor_warn_only_warns_and_restart_restarts(
         assert run["result"] == "ok" and "below the floor of 100000 GiB" in daemon.text()
         assert stage.status(stt) == "running"
     assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_without_stats_a_planned_restart_waits_the_whole_drain(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """--disable-log-stats: no request gauges, so nothing says the engine is quiet."""
+    llm, port = stage.llm("llm", "--metrics=no-stats")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm], port, [], watch={"max_uptime": "3s"}, drain={"quiet": "0s", "deadline": "8s"}
+    )
+    status = wait_for("a drain", lambda: (s := daemon.status())["daemon"]["drain"] and s)
+    assert "no request gauges, cannot see the engine idle" in status["daemon"]["drain"]
+    assert "--disable-log-stats" in status["off"]["stall"]
+    assert "--disable-log-stats" in status["off"]["acceptance"]
+    assert "waits the whole drain deadline (8s)" in status["off"]["drain"]
+    text = run_cli(daemon.config, "status").stdout
+    assert "drain:       no request gauges" in text and "off:         stall: " in text
+    run = wait_for("the uptime run", lambda: daemon.runs_with("uptime"), timeout=90)[0]
+    assert run["result"] == "ok"
+    assert "no request gauges: waited the whole drain deadline of 8s" in daemon.text()
+
+
+STALL = {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "stall_after": "3s"}
+
+
+def test_a_stuck_gauge_on_a_working_engine_is_reported_not_restarted(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """num_requests_running stuck above 0, no tokens move (vLLM #22545): one chat request
+    (sent although the engine looks busy and the canary is off) is answered, so no restart."""
+    llm, port = stage.llm("llm", "--stuck-gauge", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "5s"})
+    status = wait_for(
+        "a stuck gauge", lambda: "stuck gauge" in (s := daemon.status())["llm"]["health"] and s
+    )
+    assert "yet a chat request was answered" in status["llm"]["health"]
+    assert '"stall_suspected"' in daemon.text() and '"stuck_gauge"' in daemon.text()
+    wait_for("a second confirmation", lambda: daemon.text().count('"stall_suspected"') >= 2)
+    assert daemon.runs_with("unhealthy") == []
+
+
+def test_a_stall_confirmed_by_a_hung_chat_restarts(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--stall", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "3s"})
+    wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy", finished=False), timeout=90)
+    log = daemon.text()
+    assert '"stall_suspected"' in log and "generation and prompt tokens frozen" in log
+    assert "a chat request failed too" in log

@@ -55,8 +55,15 @@ def facts(
     gave_up: GaveUp | None = None,
     runs: tuple[PastRun, ...] = (),
     reset_at: float = 0.0,
+    at: float = T,
 ) -> Recorded:
-    return Recorded(hold, gave_up, runs, reset_at, None, None, [], T)
+    """The journal's facts as read at ``at``: the gate at ``t`` admits only on ones read then."""
+    return Recorded(hold, gave_up, runs, reset_at, None, None, [], at)
+
+
+def now(known: Recorded, t: float) -> Recorded:
+    """The same facts, read again at ``t``."""
+    return replace(known, read_at=t)
 
 
 def pending(reason: Reason, t: float = T) -> Mind:
@@ -73,7 +80,8 @@ def restarts(intents: list[do.Intent]) -> list[do.Restart]:
 
 def state(mind: Mind, known: Recorded, t: float = T) -> str:
     held = known.hold is not None and not known.hold.over(t)
-    return report.state_name(None, True, mind, known.gave_up is not None, held)
+    reboot = known.reboot_required is not None
+    return report.state_name(None, True, mind, known.gave_up is not None, held, reboot)
 
 
 # --- triggers ------------------------------------------------------------------------------------
@@ -112,7 +120,7 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
     assert "operator_stopped" in events(said)
     # a trigger meanwhile is refused, and says why
     mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
-    mind, said = decide.gate(mind, facts(), None, None, T + 4, CFG)
+    mind, said = decide.gate(mind, facts(at=T + 4), None, None, T + 4, CFG)
     assert mind.pending is None and restarts(said) == []
     refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
     assert refused[0].fields["refused"] == "vllm was stopped by hand"
@@ -130,7 +138,7 @@ def test_after_the_clock_stepped_back_a_real_die_is_a_crash_again() -> None:
     """A run ended at T + 3600 by a clock an hour fast; NTP steps it back: the next look at the
     box notices, and Docker's real-time ``die`` is no longer taken for our own."""
     seen = Observation(T, up_since(7200), "", Memory(90.0, 128.0))
-    mind, said = decide.on_tick(Mind(last_run_end=T + 3600), seen, CFG)
+    mind, said = decide.on_look(Mind(last_run_end=T + 3600), seen, CFG)
     assert mind.last_run_end == T and "clock_stepped_back" in events(said)
     mind, _ = decide.on_event(mind, die(T + 5), CFG)
     assert mind.pending is not None and mind.pending.reason == "crash"
@@ -140,25 +148,78 @@ def test_a_daemon_restarted_after_the_floor_paused_voice_resumes_it_when_memory_
     low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
     seen = Observation(T, up_since(7200), "", Memory(30.0, 128.0))
     fresh = Mind(memory=triggers.MemoryState(alerted=True))  # the journal still lists them
-    _, intents = decide.on_tick(fresh, seen, low)
+    _, intents = decide.on_look(fresh, seen, low)
     assert do.ResumeVoiceAfterMemory() in intents
 
 
-def test_a_die_that_is_up_again_is_left_alone() -> None:
-    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)
-    assert mind.pending is None and "died_but_up_again" in events(said)
+def test_a_die_an_operator_started_again_is_left_alone() -> None:
+    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)  # RestartCount 0
+    assert mind.pending is None and "died_but_started_by_hand" in events(said)
+
+
+def test_a_die_dockers_restart_policy_started_again_is_a_crash() -> None:
+    seen = die(T, up_again=True)
+    assert seen.now is not None
+    restarted = replace(seen, now=replace(seen.now, restart_policy="always", restart_count=1))
+    mind, said = decide.on_event(Mind(), restarted, CFG)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    assert "died_and_restarted_by_docker" in events(said)
+
+
+def test_fighting_restart_policies_are_taken_over_or_said_once_under_leave() -> None:
+    fights = ContainerState("vllm", "id", "running", T0, None, 0, False, "unless-stopped")
+    seen = Observation(T, fights, "", Memory(100.0, 121.0), states=(fights,))
+    _, intents = decide.on_look(Mind(), seen, CFG)
+    assert [i for i in intents if isinstance(i, do.TakeOverPolicy)] == [do.TakeOverPolicy(fights)]
+
+    # not started yet, so none is active: still taken before it can crash
+    never_ran = replace(fights, status="created", started_at=None)
+    idle = Observation(T, None, "no LLM candidate is running", seen.memory, states=(never_ran,))
+    assert do.TakeOverPolicy(never_ran) in decide.on_look(Mind(), idle, CFG)[1]
+
+    leave = cfg(llm={"restart_policy": "leave"})
+    mind, intents = decide.on_look(Mind(), seen, leave)
+    assert not any(isinstance(i, do.TakeOverPolicy) for i in intents)
+    assert "restart_policy_left_at_risk" in events(intents)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 5), leave)
+    assert "restart_policy_left_at_risk" not in events(intents)  # once, not every tick
 
 
 def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
     low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
     seen = Observation(T, up_since(7200), "", Memory(4.0, 128.0))
-    mind, intents = decide.on_tick(Mind(), seen, low)
+    mind, intents = decide.on_look(Mind(), seen, low)
     assert not any(isinstance(i, do.QuietVoiceForMemory) for i in intents)
-    mind, intents = decide.on_tick(mind, replace(seen, t=T + 61), low)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 61), low)
     assert do.QuietVoiceForMemory() in intents
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["memory_floor"]
-    mind, intents = decide.on_tick(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
     assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
+
+
+def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
+    from sparkwarden import canary
+    from sparkwarden.metrics import SpecDecode
+
+    on = cfg(acceptance={"enabled": True, "canary_idle": "20s"})
+    spec = SpecDecode(100.0, 500.0, 200.0, (80.0, 50.0, 40.0, 20.0, 10.0), 1.0)
+    idle = Scrape(EngineMetrics(spec, 0.0, 0.0, 300.0), "ok")
+    assert decide.canary_owed(Mind(), T, on)  # the observer reads /metrics every tick
+    mind, intents = decide.on_scrape(Mind(), idle, T, on)
+    mind, intents = decide.on_scrape(mind, idle, T + 25, on)
+    assert do.TakeCanary(T + 25) in intents
+
+    def taken(t: float, accepted: float) -> canary.Round:
+        reading = canary.Reading("math", True, "valid", 40.0, 200.0, accepted, (0.5,), 1.0)
+        return canary.Round(t, (reading,), 1.0)
+
+    mind, intents = decide.on_canary(mind, taken(T + 25, 100.0), "vllm", on)
+    assert "drafting_canary" in events(intents) and mind.canary.baseline == (("math", 0.5),)
+    mind, _ = decide.on_canary(mind, taken(T + 400, 40.0), "vllm", on)
+    assert mind.pending is None  # one low canary is not enough
+    mind, intents = decide.on_canary(mind, taken(T + 800, 40.0), "vllm", on)
+    assert mind.pending is not None and mind.pending.reason == "acceptance"
+    assert mind.pending.why.startswith("drafting canary at 0.40")
 
 
 # --- the gates -----------------------------------------------------------------------------------
@@ -211,7 +272,7 @@ def test_backoff_after_a_failed_run_keeps_it_pending_then_lets_it_through() -> N
     runs = (PastRun("crash", "failed", T - 100, T - 60),)
     mind, intents = decide.gate(pending("crash"), facts(runs=runs), None, None, T, CFG)
     assert mind.pending is not None and intents == []  # 60 s into a 120 s backoff
-    mind, intents = decide.gate(mind, facts(runs=runs), None, None, T + 61, CFG)
+    mind, intents = decide.gate(mind, facts(runs=runs, at=T + 61), None, None, T + 61, CFG)
     assert mind.pending is None and len(restarts(intents)) == 1
 
 
@@ -221,10 +282,10 @@ def test_drain_waits_for_quiet_then_goes() -> None:
     assert decide.wants_drain_sample(mind, known, active, T, CFG)
     mind, said = decide.gate(mind, known, active, BUSY, T, CFG)
     assert events(said) == ["draining"] and state(mind, known) == "draining"
-    mind, said = decide.gate(mind, known, active, IDLE, T + 10, CFG)
-    mind, said = decide.gate(mind, known, active, IDLE, T + 39, CFG)
+    mind, said = decide.gate(mind, now(known, T + 10), active, IDLE, T + 10, CFG)
+    mind, said = decide.gate(mind, now(known, T + 39), active, IDLE, T + 39, CFG)
     assert restarts(said) == [] and mind.pending is not None
-    mind, said = decide.gate(mind, known, active, IDLE, T + 40, CFG)
+    mind, said = decide.gate(mind, now(known, T + 40), active, IDLE, T + 40, CFG)
     assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
     assert mind.pending is None and state(mind, known) == "idle"
 
@@ -232,15 +293,49 @@ def test_drain_waits_for_quiet_then_goes() -> None:
 def test_drain_goes_at_its_deadline_however_busy() -> None:
     known, active = facts(), up_since(7200)
     mind, _ = decide.gate(pending("acceptance"), known, active, BUSY, T, CFG)
-    mind, said = decide.gate(mind, known, active, BUSY, T + 599, CFG)
+    mind, said = decide.gate(mind, now(known, T + 599), active, BUSY, T + 599, CFG)
     assert restarts(said) == []
-    mind, said = decide.gate(mind, known, active, BUSY, T + 600, CFG)
+    mind, said = decide.gate(mind, now(known, T + 600), active, BUSY, T + 600, CFG)
     assert len(restarts(said)) == 1 and "drain deadline" in str(said)
 
 
-def test_drain_without_request_gauges_goes_at_once() -> None:
-    mind, said = decide.gate(pending("uptime"), facts(), up_since(7200), None, T, CFG)
+def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
+    """--disable-log-stats: nothing says the engine is quiet, so running chats are not cut."""
+    active, no_gauges = up_since(7200), Scrape(None, "no vllm:num_requests_running")
+    mind, said = decide.gate(pending("uptime"), facts(), active, no_gauges, T, CFG)
+    assert restarts(said) == [] and mind.pending is not None
+    assert state(mind, facts()) == "draining"
+    end = T + CFG.drain.deadline
+    mind, said = decide.gate(mind, now(facts(), end), active, no_gauges, end, CFG)
     assert len(restarts(said)) == 1 and mind.pending is None
+    assert "waited the whole drain deadline" in str(said)
+
+
+def test_drain_with_no_reading_at_all_waits_for_its_deadline() -> None:
+    """Docker could not be inspected mid-drain, so nothing was read: unknown is not quiet."""
+    known, active = facts(), up_since(7200)
+    mind, _ = decide.gate(pending("uptime"), known, active, IDLE, T, CFG)
+    assert not decide.wants_drain_sample(mind, now(known, T + 31), None, T + 31, CFG)
+    mind, said = decide.gate(mind, now(known, T + 31), None, None, T + 31, CFG)
+    assert restarts(said) == [] and state(mind, known) == "draining"
+    mind, said = decide.gate(mind, now(known, T + 599), None, None, T + 599, CFG)
+    assert restarts(said) == []
+    mind, said = decide.gate(mind, now(known, T + 600), None, None, T + 600, CFG)
+    assert len(restarts(said)) == 1 and "drain deadline" in str(said)
+
+
+def test_the_gate_admits_only_on_facts_read_at_its_moment() -> None:
+    """A die queued ahead of an operator's hold (and its WAKE): the journal read before the hold
+    was written must not let the crash restart through."""
+    mind, _ = decide.on_event(Mind(), die(T + 5), CFG)
+    stale = facts()  # read at T, before the operator's hold
+    assert not decide.wants_drain_sample(mind, stale, None, T + 6, CFG)
+    kept, said = decide.gate(mind, stale, None, None, T + 6, CFG)
+    assert restarts(said) == [] and kept.pending == mind.pending
+    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 6)
+    mind, said = decide.gate(mind, held, None, None, T + 6, CFG)
+    assert mind.pending is None and restarts(said) == []
+    assert "trigger_refused" in events(said)
 
 
 def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
@@ -248,7 +343,7 @@ def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
     active = up_since(7200)
     mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     assert state(mind, facts()) == "draining"
-    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"))
+    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 5)
     assert not decide.wants_drain_sample(mind, held, active, T + 5, CFG)
     mind, said = decide.gate(mind, held, active, None, T + 5, CFG)
     assert mind.pending is None and restarts(said) == []
@@ -259,8 +354,8 @@ def test_an_urgent_trigger_mid_drain_goes_without_draining() -> None:
     active = up_since(7200)
     mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     mind, _ = decide.want(mind, "crash", "died", T + 1)
-    assert not decide.wants_drain_sample(mind, facts(), active, T + 1, CFG)
-    mind, said = decide.gate(mind, facts(), active, None, T + 1, CFG)
+    assert not decide.wants_drain_sample(mind, facts(at=T + 1), active, T + 1, CFG)
+    mind, said = decide.gate(mind, facts(at=T + 1), active, None, T + 1, CFG)
     assert restarts(said) == [do.Restart("crash", "died")]
 
 
@@ -304,4 +399,32 @@ def test_state_names_are_derived_in_order() -> None:
     )
     assert report.state_name(None, False, Mind(), False, False) == "starting"
     assert state(Mind(), known) == "gave up"
-    assert set(report.STATES) == {"starting", "idle", "draining", "restarting", "held", "gave up"}
+    assert report.state_name(None, True, Mind(), True, False, reboot=True) == "reboot required"
+    assert set(report.STATES) == {
+        "starting",
+        "idle",
+        "draining",
+        "restarting",
+        "held",
+        "gave up",
+        "reboot required",
+    }
+
+
+def test_memory_falling_after_every_stop_and_drop_requires_a_reboot_and_refuses_restarts() -> None:
+    trend = cfg(memory={"trend_runs": 3, "trend_fall_gib": 2.0})
+    known = replace(facts(), after_drops=(100.0, 98.5, 96.0))
+    mind, said = decide.memory_trend(Mind(), known, ended("manual", ok=True), trend)
+    (flag,) = [i.flag for i in said if isinstance(i, do.RequireReboot)]
+    assert flag.available_after_drop_gib == (100.0, 98.5, 96.0) and flag.fall_gib == 4.0
+    assert [i.kind for i in said if isinstance(i, do.Notify)] == ["reboot_required"]
+    # once flagged: no second flag, and an automatic restart is refused
+    flagged = replace(known, reboot_required=flag)
+    assert decide.memory_trend(Mind(), flagged, ended("crash", ok=True), trend)[1] == []
+    mind, said = decide.gate(pending("crash"), flagged, up_since(7200), None, T, trend)
+    assert mind.pending is None and restarts(said) == []
+    assert "reboot required" in str(said)
+    assert state(Mind(), flagged) == "reboot required"
+    # memory that came back at one run: no flag
+    back = replace(facts(), after_drops=(100.0, 101.0, 96.0))
+    assert decide.memory_trend(Mind(), back, ended("manual", ok=True), trend)[1] == []

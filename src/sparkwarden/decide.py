@@ -18,10 +18,10 @@ from typing import Literal
 
 from apscheduler.triggers.base import BaseTrigger
 
-from sparkwarden import acceptance, triggers
+from sparkwarden import acceptance, canary, restart_policy, triggers
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState
-from sparkwarden.facts import GaveUp
+from sparkwarden.facts import GaveUp, RebootRequired
 from sparkwarden.intents import (
     ClearGaveUp,
     EventsSeen,
@@ -30,10 +30,13 @@ from sparkwarden.intents import (
     Intent,
     Notify,
     QuietVoiceForMemory,
+    RequireReboot,
     Restart,
     ResumeVoiceAfterMemory,
     RunEnded,
     Say,
+    TakeCanary,
+    TakeOverPolicy,
 )
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.schedule import missed_run_due, next_fire
@@ -63,8 +66,10 @@ class Mind:
     health: HealthState = field(default_factory=HealthState)
     memory: triggers.MemoryState = field(default_factory=triggers.MemoryState)
     acc: acceptance.AcceptanceState = field(default_factory=acceptance.AcceptanceState)
+    canary: canary.CanaryState = field(default_factory=canary.CanaryState)
     last_run_end: float = 0.0  # Docker events before this were our own stop and start
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
+    left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
 
 
 Decision = tuple[Mind, list[Intent]]
@@ -84,7 +89,8 @@ def want(mind: Mind, reason: Reason, why: str, t: float) -> Decision:
 
 
 def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
-    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash."""
+    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash, also when Docker's
+    restart policy has started the container again (:func:`triggers.judge_die`)."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
     if event.t <= mind.last_run_end:
@@ -121,27 +127,36 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
             *intents,
             Say("error", "inspect_failed", {"container": event.name, "error": seen.error}),
         ]
-    if seen.now.up:  # a restart policy or an operator brought it back already
-        said = {"container": event.name, "status": seen.now.status}
-        return mind, [*intents, Say("warning", "died_but_up_again", said)]
+    now = seen.now
+    if triggers.judge_die(watch, event.t, cfg.llm.stop_timeout + 15, now) == "operator-started":
+        said = {"container": event.name, "status": now.status}
+        return mind, [*intents, Say("warning", "died_but_started_by_hand", said)]
+    if now.up:  # Docker's restart policy: the engine it started is in the ghost memory
+        said = {"container": event.name, "status": now.status, "restarts": now.restart_count}
+        intents.append(Say("warning", "died_and_restarted_by_docker", said))
     mind, more = want(mind, "crash", f"{event.name} died with exit code {event.exit_code}", event.t)
     return mind, intents + more
 
 
-def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
-    """One look at the box: the memory floor, uptime, acceptance and health."""
+def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What Docker and the host said: restart policies, the memory floor and uptime. The loop acts
+    on this before it reads the engine, so a floor pauses voice without waiting on slow HTTP
+    reads."""
     t = seen.t
-    intents: list[Intent] = []
+    stepped: list[Intent] = []
     if mind.last_run_end > t:  # the wall clock stepped back (NTP fixing a bad RTC)
         said = {"by_s": round(mind.last_run_end - t, 3)}
-        mind, intents = replace(mind, last_run_end=t), [Say("warning", "clock_stepped_back", said)]
+        mind, stepped = replace(mind, last_run_end=t), [Say("warning", "clock_stepped_back", said)]
+    mind, intents = on_policies(mind, seen, cfg)
+    intents = [*stepped, *intents]
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
     mind = replace(mind, memory=memory)
     if alert == "alert":
-        mind, intents = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+        mind, more = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+        intents += more
     elif alert == "recovered":
         available = round(seen.memory.available_gib, 1)
-        intents = [
+        intents += [
             Say("info", "memory_recovered", {"available_gib": available}),
             ResumeVoiceAfterMemory(),
         ]
@@ -149,10 +164,19 @@ def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     if why := triggers.uptime_due(seen.active if seen.running else None, now, cfg.watch.max_uptime):
         mind, more = want(mind, "uptime", why, t)
         intents += more
+    return mind, intents
+
+
+def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What the engine said, when its reads were due: acceptance and health."""
+    t = seen.t
+    intents: list[Intent] = []
+    now = datetime.fromtimestamp(t, UTC)
     if seen.scrape is not None:
         mind, more = on_scrape(mind, seen.scrape, t, cfg)
         intents += more
     if seen.check is not None and seen.active is not None:
+        before = mind.health
         health, why = triggers.health_observe(
             mind.health,
             t=t,
@@ -164,10 +188,30 @@ def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
             cfg=cfg.health,
         )
         mind = replace(mind, health=health)
+        if health.suspect and not before.suspect:
+            intents.append(Say("warning", "stall_suspected", {"why": health.suspect}))
+        if health.stuck_gauge and not before.stuck_gauge:
+            intents.append(Say("warning", "stuck_gauge", {"why": health.stuck_gauge}))
         if why:
             mind, more = want(mind, "unhealthy", why, t)
             intents += more
     return mind, intents
+
+
+def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """Take a Docker restart policy that fights ours (``take-over``), or say, whenever the set
+    changes, which ones ``leave`` keeps."""
+    mode = cfg.llm.restart_policy
+    if not seen.states:
+        return mind, []  # the candidates could not be read: nothing new to say
+    intents: list[Intent] = [
+        TakeOverPolicy(s) for s in restart_policy.to_take_over(seen.states, mode)
+    ]
+    left = tuple(s.name for s in seen.states if mode == "leave" and restart_policy.fights(s))
+    if left and left != mind.left_at_risk:
+        policies = {s.name: s.restart_policy for s in seen.states if s.name in left}
+        intents.append(Say("warning", "restart_policy_left_at_risk", {"containers": policies}))
+    return replace(mind, left_at_risk=left), intents
 
 
 def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decision:
@@ -199,19 +243,45 @@ def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decisi
 
 
 def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
-    """A /metrics read: one more look for the acceptance trigger."""
+    """A /metrics read: one more look for the acceptance trigger. With a canary to confirm
+    (the default), a low passive estimate only makes the canary come sooner."""
     if not cfg.acceptance.enabled:
         return mind, []
-    acc, fire = acceptance.observe(mind.acc, scrape.engine, t, cfg.acceptance)
+    decided = canary.on_scrape(mind.acc, mind.canary, scrape.engine, t, cfg.acceptance)
     intents: list[Intent] = []
-    if mind.acc.available and not acc.available:
+    if mind.acc.available and not decided.passive.available:
         why = scrape.note if scrape.engine is None else "no spec-decode series"
         intents.append(Say("warning", "acceptance_trigger_off", {"why": why}))
-    mind = replace(mind, acc=acc)
-    if fire:
-        mind, more = want(mind, "acceptance", fire.why, t)
+    if decided.suspect:
+        intents.append(Say("warning", "drafting_suspect", {"why": decided.suspect}))
+    mind = replace(mind, acc=decided.passive, canary=decided.canary)
+    if decided.due:
+        intents.append(TakeCanary(t))
+    if decided.fire:
+        mind, more = want(mind, "acceptance", decided.fire, t)
         intents += more
     return mind, intents
+
+
+def on_canary(mind: Mind, taken: canary.Round, subject: str, cfg: Config) -> Decision:
+    """A drafting canary's outcome: the only thing that restarts for ``acceptance`` by default."""
+    decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
+    state, tell = canary.tell(decided.canary, cfg.acceptance)
+    mind = replace(mind, canary=state)
+    said = {"t": taken.t, "valid": taken.valid, "note": state.note}
+    intents: list[Intent] = [Say("info", "drafting_canary", said)]
+    if tell:
+        intents.append(Notify("drafting_suspect", subject, tell))
+    if decided.fire:
+        mind, more = want(mind, "acceptance", decided.fire, taken.t)
+        intents += more
+    return mind, intents
+
+
+def canary_owed(mind: Mind, t: float, cfg: Config) -> bool:
+    """A drafting canary is owed: the observer reads /metrics every tick until it finds the
+    engine idle."""
+    return cfg.acceptance.enabled and canary.wanted(mind.canary, t, cfg.acceptance)
 
 
 def on_clock(mind: Mind, now: datetime, crontab: BaseTrigger | None, cfg: Config) -> Decision:
@@ -268,10 +338,15 @@ Verdict = Literal["none", "dropped", "wait", "go"]
 def _admit(
     mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
 ) -> tuple[Mind, list[Intent], Verdict]:
-    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget."""
+    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
+
+    It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
+    ones keep the restart waiting, so a loop that forgot to read them again restarts nothing."""
     pending = mind.pending
     if pending is None:
         return mind, [], "none"
+    if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
+        return mind, [], "wait"
     intents: list[Intent] = []
     hold = facts.hold
     if hold is not None and hold.over(t):
@@ -282,6 +357,8 @@ def _admit(
         refuse = f"held until {local_time(hold.to_json()['until'])}: {hold.reason}"
     elif facts.gave_up:
         refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
+    elif facts.reboot_required:
+        refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
     elif mind.operator_stopped:
         refuse = f"{mind.operator_stopped} was stopped by hand"
     dropped = replace(mind, pending=None)
@@ -338,8 +415,13 @@ def gate(
         if sample is not None:
             mind, more = on_scrape(mind, sample, t, cfg)
             intents += more
-        engine = sample.engine if sample is not None else None
-        drain, go = triggers.drain_observe(drain, engine, t, cfg.drain)
+        if sample is None:  # no reading this pass (Docker did not answer): not known quiet
+            drain, go = triggers.drain_blind(drain, t, cfg.drain)
+        else:
+            stuck = mind.health.stuck_gauge is not None
+            drain, go = triggers.drain_observe(
+                drain, sample.engine, t, cfg.drain, stuck_gauge=stuck
+            )
         mind = replace(mind, pending=replace(pending, drain=drain))
         if go is None:
             return mind, intents
@@ -348,6 +430,23 @@ def gate(
 
 
 # --- after a run -------------------------------------------------------------------------------
+
+
+def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> Decision:
+    """After each run: has what MemAvailable returns to after stop and drop kept falling?"""
+    if facts.reboot_required is not None:
+        return mind, []
+    leak = triggers.memory_trend(list(facts.after_drops), cfg.memory)
+    if leak is None:
+        return mind, []
+    at = datetime.fromtimestamp(ended.at, UTC).isoformat(timespec="seconds")
+    flag = RebootRequired(leak.why, leak.readings, leak.fall_gib, at)
+    subject = ended.outcome.container or "llm"
+    return mind, [
+        RequireReboot(flag),
+        Say("error", "reboot_required", flag.to_json()),
+        Notify("reboot_required", subject, f"reboot required: {leak.why}", flag.to_json()),
+    ]
 
 
 def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:

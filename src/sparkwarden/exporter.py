@@ -61,6 +61,11 @@ class SnapshotCollector(Collector):
             1.0 if s.gave_up else 0.0,
         )
         yield gauge(
+            "sparkwarden_reboot_required",
+            "1 when MemAvailable after stop and drop kept falling: no restarts until a reboot",
+            1.0 if s.reboot_required else 0.0,
+        )
+        yield gauge(
             "sparkwarden_held",
             "1 while an operator's hold is in force",
             1.0 if s.hold else 0.0,
@@ -102,6 +107,21 @@ class SnapshotCollector(Collector):
             "sparkwarden_drafting_health_ratio",
             "Healthy share of drafting over the baseline's, from per-position acceptance",
             known(acc.health),
+        )
+        yield gauge(
+            "sparkwarden_drafting_canary_health_ratio",
+            "The drafting canary's acceptance over its baseline (greedy, fixed prompts)",
+            known(acc.canary.get("health")),
+        )
+        yield gauge(
+            "sparkwarden_drafting_suspicious",
+            "1 while the passive estimate looks low and awaits the canary's word",
+            1.0 if acc.canary.get("suspicious") else 0.0,
+        )
+        yield gauge(
+            "sparkwarden_drafting_canary_overdue",
+            "1 when suspicious for canary_max_wait without a valid canary (never idle)",
+            1.0 if acc.canary.get("waiting_too_long") else 0.0,
         )
         yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)

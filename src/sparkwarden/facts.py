@@ -1,8 +1,9 @@
 """The daemon's durable facts in the journal's key-value table, with typed accessors.
 
 The one place that names the keys: a hold, a "gave up", the last budget reset, the voice the
-memory floor paused, the last Docker event seen. Each survives a restart of sparkwarden, and each
-may be changed by an operator with no daemon running (``hold``, ``release``, ``reset``).
+memory floor paused, the last Docker event seen, the restart policies taken over from Docker.
+Each survives a restart of sparkwarden, and each may be changed by an operator with no daemon
+running (``hold``, ``release``, ``reset``, ``uninstall-service``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class Key(StrEnum):
     RESET_AFTER_RUN = "reset_after_run"
     MEMORY_PAUSED = "memory_paused"
     EVENTS_SEEN = "events_seen_until"
+    REBOOT_REQUIRED = "reboot_required"
+    MEMORY_TREND_FROM = "memory_trend_from"
+    POLICIES_TAKEN = "restart_policies_taken"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,24 @@ class GaveUp:
 
     def to_json(self) -> dict[str, str]:
         return {"reason": self.reason, "why": self.why, "at": self.at}
+
+
+@dataclass(frozen=True)
+class RebootRequired:
+    """MemAvailable after stop and drop kept falling: no automatic restart until a reset."""
+
+    why: str
+    available_after_drop_gib: tuple[float, ...]
+    fall_gib: float
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "why": self.why,
+            "available_after_drop_gib": list(self.available_after_drop_gib),
+            "fall_gib": self.fall_gib,
+            "at": self.at,
+        }
 
 
 class Kept:
@@ -89,6 +111,26 @@ class Kept:
         self.journal.put(Key.RESET_AT, t)
         self.journal.put(Key.RESET_AFTER_RUN, runs[0].id if runs else 0)
 
+    def reboot_required(self) -> RebootRequired | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.REBOOT_REQUIRED)
+        if not raw:
+            return None
+        after = tuple(raw["available_after_drop_gib"])
+        return RebootRequired(raw["why"], after, raw["fall_gib"], raw["at"])
+
+    def require_reboot(self, flag: RebootRequired) -> None:
+        self.journal.put(Key.REBOOT_REQUIRED, flag.to_json())
+
+    def clear_reboot(self, t: float) -> None:
+        """An operator's reset (after the reboot): the memory trend starts afresh."""
+        self.journal.delete(Key.REBOOT_REQUIRED)
+        self.journal.put(Key.MEMORY_TREND_FROM, t)
+
+    def memory_after_drops(self) -> list[float]:
+        """MemAvailable after each run's stop and drop since the last reset of the trend."""
+        since = float(self.journal.get(Key.MEMORY_TREND_FROM) or 0.0)
+        return self.journal.memory_after_drops(since)
+
     def reset_at(self) -> float:
         """The time of the last reset, for journals written before resets named a run."""
         return 0.0 if self.reset_after_run() else float(self.journal.get(Key.RESET_AT) or 0.0)
@@ -111,3 +153,13 @@ class Kept:
 
     def see_events(self, until: float) -> None:
         self.journal.put(Key.EVENTS_SEEN, until)
+
+    def policies_taken(self) -> dict[str, Any]:
+        """Docker restart policies the daemon set to ``no``: container to its original."""
+        return dict(self.journal.get(Key.POLICIES_TAKEN) or {})
+
+    def put_policies_taken(self, taken: dict[str, Any]) -> None:
+        if taken:
+            self.journal.put(Key.POLICIES_TAKEN, taken)
+        else:
+            self.journal.delete(Key.POLICIES_TAKEN)

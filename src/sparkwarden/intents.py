@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sparkwarden.facts import GaveUp
+from sparkwarden.containers import ContainerState
+from sparkwarden.facts import GaveUp, RebootRequired
 from sparkwarden.notices import Notice
 from sparkwarden.sequence import Outcome
 from sparkwarden.triggers import Reason
@@ -37,6 +38,13 @@ class Restart:
 @dataclass(frozen=True)
 class GiveUp:
     gave_up: GaveUp
+
+
+@dataclass(frozen=True)
+class RequireReboot:
+    """Memory leaks across restarts: no automatic restart until an operator resets."""
+
+    flag: RebootRequired
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,21 @@ class ResumeVoiceAfterMemory:
 
 
 @dataclass(frozen=True)
+class TakeCanary:
+    """Send the drafting canary now (the engine has idled long enough); its outcome comes back
+    to :func:`~sparkwarden.decide.on_canary`."""
+
+    t: float
+
+
+@dataclass(frozen=True)
+class TakeOverPolicy:
+    """Set the container's Docker restart policy to ``no``, its original recorded first."""
+
+    container: ContainerState
+
+
+@dataclass(frozen=True)
 class EventsSeen:
     """Docker events up to ``until`` were handled: a new daemon replays from there."""
 
@@ -80,12 +103,15 @@ Intent = (
     Say
     | Restart
     | GiveUp
+    | RequireReboot
     | ExpireHold
     | ClearGaveUp
     | Notify
     | QuietVoiceForMemory
     | ResumeVoiceAfterMemory
     | EventsSeen
+    | TakeCanary
+    | TakeOverPolicy
 )
 
 

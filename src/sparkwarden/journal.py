@@ -111,6 +111,10 @@ class RunRecord:
         }
 
 
+#: The journal's file in ``state.dir``.
+JOURNAL_FILE = "journal.sqlite3"
+
+
 class Journal:
     def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
         try:
@@ -119,7 +123,7 @@ class Journal:
                 state_dir.chmod(0o750)  # the journal names containers and errors: not for all
         except PermissionError:
             raise SparkwardenError(f"cannot create the state dir {state_dir}") from None
-        self.path = state_dir / "journal.sqlite3"
+        self.path = state_dir / JOURNAL_FILE
         self._clock = clock
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -241,6 +245,18 @@ class Journal:
             (since, after_run),
         ).fetchall()
         return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
+
+    def memory_after_drops(self, since: float) -> list[float]:
+        """``MemAvailable`` (GiB) after the stop and drop of each run since a time, oldest
+        first: the drop_caches step's own figure, ok or failed."""
+        rows = self._db.execute(
+            "SELECT json_extract(s.detail, '$.available_after_gib') AS gib FROM steps s"
+            " JOIN runs r ON r.id = s.run_id WHERE s.name = 'drop_caches'"
+            " AND r.started_at >= ? AND r.result != 'dry-run'"
+            " AND json_extract(s.detail, '$.available_after_gib') IS NOT NULL ORDER BY s.id",
+            (since,),
+        ).fetchall()
+        return [float(r["gib"]) for r in rows]
 
     def run_counts(self) -> list[dict[str, Any]]:
         """How many runs ended how, by reason, and when the newest of each ended (for

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-Notice = Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]
+Notice = Literal[
+    "run_failed",
+    "gave_up",
+    "crash_recovered",
+    "memory_floor",
+    "drafting_suspect",
+    "reboot_required",
+    "policy_taken_over",
+]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
+    "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
+    "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
 }

@@ -8,16 +8,18 @@ the chat canary are next due) and the last of each reading, for the status snaps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.canary import Round
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.errors import SparkwardenError
-from sparkwarden.facts import GaveUp, Hold, Kept
+from sparkwarden.facts import GaveUp, Hold, Kept, RebootRequired
 from sparkwarden.sequence import Parts
 from sparkwarden.triggers import PastRun
 
@@ -52,6 +54,7 @@ class Observation:
     memory: Memory
     scrape: Scrape | None = None
     check: HealthCheck | None = None
+    states: tuple[ContainerState, ...] = ()  # every LLM candidate, also when none is active
 
     @property
     def running(self) -> bool:
@@ -80,6 +83,10 @@ class Recorded:
     last_container: str | None
     run_counts: list[dict[str, object]]
     read_at: float
+    reboot_required: RebootRequired | None = None
+    #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
+    after_drops: tuple[float, ...] = ()
+    policies_taken: dict[str, Any] = field(default_factory=dict)
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -94,6 +101,9 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         last_container=journal.last_container(),
         run_counts=journal.run_counts(),
         read_at=t,
+        reboot_required=kept.reboot_required(),
+        after_drops=tuple(kept.memory_after_drops()),
+        policies_taken=kept.policies_taken(),
     )
 
 
@@ -106,27 +116,40 @@ class Observer:
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
 
-    def tick(self, t: float, last_container: str | None) -> Observation:
-        """Docker and memory every tick; /metrics and /health when due and the LLM runs."""
+    def look(self, t: float, last_container: str | None) -> Observation:
+        """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
-        active, error = None, ""
+        active, error, states = None, "", list[ContainerState]()
         try:
             states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
             active = choose_active(states, last_container)
         except SparkwardenError as exc:
             error = str(exc)
-        seen = Observation(t, active, error, self.parts.host.memory())
+        return Observation(t, active, error, self.parts.host.memory(), states=tuple(states))
+
+    def engine(
+        self,
+        seen: Observation,
+        eager: bool = False,
+        confirm_stall: bool = False,
+        stuck: bool = False,
+    ) -> Observation:
+        """The look, with /metrics and /health added when they are due and the LLM runs
+        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell).
+        ``confirm_stall``: a stall is suspected, send the chat even while busy; ``stuck``: the
+        request gauge is known stuck, so it does not say busy."""
+        cfg, t = self.config, seen.t
         if not seen.running:
             return seen
         scrape = check = None
-        if t >= self.due["metrics"]:
+        if t >= self.due["metrics"] or eager:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
-            check = self._check_health(t)
-        return Observation(t, active, error, seen.memory, scrape, check)
+            check = self._check_health(t, confirm_stall, stuck)
+        return replace(seen, scrape=scrape, check=check)
 
     def scrape(self) -> Scrape:
         self.lease(self.config.health.timeout + MARGIN)
@@ -143,15 +166,16 @@ class Observer:
         self.last_scrape = scrape
         return scrape
 
-    def _check_health(self, t: float) -> HealthCheck:
-        """/health, and the chat canary when due and the engine is idle enough to spare it."""
+    def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
+        """/health, and the chat canary when due and the engine is idle enough to spare it, or
+        when a suspected stall needs one real chat to confirm it."""
         cfg, vllm = self.config, self.parts.vllm
         self.lease(2 * cfg.health.timeout + cfg.llm.probe_timeout + MARGIN)
         health = vllm.health(timeout=cfg.health.timeout)
         engine = self.last_scrape.engine
-        busy = engine is not None and engine.busy
+        busy = engine is not None and engine.busy and not stuck
         canary_due = cfg.health.canary_interval > 0 and t >= self.due["canary"]
-        if not canary_due or health.status != "up" or busy:
+        if not confirm_stall and (not canary_due or health.status != "up" or busy):
             return HealthCheck(health, None, engine)
         self.due["canary"] = t + cfg.health.canary_interval
         model = cfg.llm.model or vllm.served_model()
@@ -163,8 +187,18 @@ class Observer:
         self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
         return HealthCheck(health, canary, engine)
 
+    def drafting_canary(self, t: float) -> Round | None:
+        """The drafting canary's requests and the scrapes around them (None: no model named)."""
+        cfg, vllm = self.config, self.parts.vllm
+        model = cfg.llm.model or vllm.served_model()
+        if not model:
+            return None
+        timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
+        self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
+        return vllm.drafting_canary(model, cfg.acceptance, timeout, t)
+
     def event(self, event: ContainerEvent) -> EventSeen:
-        """After a ``die``, whether the container is up again (a restart policy, an operator)."""
+        """After a ``die``, the container now: up again or not, and by whose start."""
         if event.action != "die":
             return EventSeen(event)
         try:

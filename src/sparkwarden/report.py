@@ -15,16 +15,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
-from sparkwarden import logs
+from sparkwarden import canary, logs, restart_policy, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
 from sparkwarden.decide import Mind, budget
 from sparkwarden.observe import Observation, Observer, Recorded
+from sparkwarden.restart_policy import PolicyView
 
 log = logs.get("sparkwarden.daemon")
 
-State = Literal["starting", "idle", "draining", "restarting", "held", "gave up"]
+State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
 STATES: Final[tuple[State, ...]] = get_args(State)
 
 
@@ -34,6 +35,7 @@ class DaemonView:
     pid: int | None
     state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
     pending: str | None
+    drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class AcceptanceView:
     available: bool
     note: str
     enabled: bool
+    #: the drafting canary (:func:`sparkwarden.canary.snapshot`)
+    canary: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -86,25 +90,34 @@ class Snapshot:
     memory: MemoryView
     acceptance: AcceptanceView
     metrics: str
+    restart_policy: PolicyView
     next_restart: NextRestart | None
     budget: BudgetView
     hold: dict[str, str] | None
     gave_up: dict[str, str] | None
     last_run: dict[str, Any] | None
     run_counts: list[dict[str, Any]] = field(default_factory=list)
+    #: each trigger or safeguard that cannot act now, and why (triggers.off)
+    off: dict[str, str] = field(default_factory=dict)
+    reboot_required: bool = False
+    memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""
         return asdict(self)
 
 
-def state_name(step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool) -> str:
+def state_name(
+    step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool, reboot: bool = False
+) -> str:
     """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
     if step is not None:
         return f"restarting: {step}" if step else "restarting"
     name: State = "idle"
     if not ready:
         name = "starting"
+    elif reboot:
+        name = "reboot required"
     elif gave_up:
         name = "gave up"
     elif mind.pending is not None and mind.pending.drain is not None:
@@ -157,8 +170,16 @@ def build(
         daemon=DaemonView(
             running=running,
             pid=os.getpid(),
-            state=state_name(step, ready, mind, facts.gave_up is not None, hold is not None),
+            state=state_name(
+                step,
+                ready,
+                mind,
+                facts.gave_up is not None,
+                hold is not None,
+                facts.reboot_required is not None,
+            ),
             pending=mind.pending.reason if mind.pending else None,
+            drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
         ),
         llm=LlmView(
             container=active.name if active else None,
@@ -182,14 +203,26 @@ def build(
             available=acc.available,
             note=acc.note,
             enabled=cfg.acceptance.enabled,
+            canary=canary.snapshot(mind.canary, t, cfg.acceptance),
         ),
         metrics=observer.last_scrape.note,
+        restart_policy=restart_policy.report(
+            cfg.llm.restart_policy, seen.states if seen else (), facts.policies_taken
+        ),
         next_restart=next_restart(mind, seen, now, cfg),
         budget=BudgetView(used=spent.used, limit=spent.limit, why=spent.why),
         hold=hold.to_json() if hold else None,
         gave_up=facts.gave_up.to_json() if facts.gave_up else None,
         last_run=facts.last_run,
         run_counts=facts.run_counts,
+        off=triggers.off(
+            cfg,
+            observer.last_scrape.engine,
+            observer.last_scrape.note,
+            None if acc.method is None else acc.method == "shape",
+        ),
+        reboot_required=facts.reboot_required is not None,
+        memory_trend=facts.reboot_required.to_json() if facts.reboot_required else None,
     )
 
 
@@ -241,12 +274,14 @@ class Publisher:
         line = status_line(snapshot)
         self.sd.status(line)
         t = time.time()
-        last_t, last_line = self._written
-        if line == last_line and t - last_t < 30 and snapshot.daemon.running:
+        last_t, last_said = self._written
+        # a new drafting canary is news too: ``record`` keeps each one from this file
+        said = f"{line}|{snapshot.acceptance.canary.get('round')}"
+        if said == last_said and t - last_t < 30 and snapshot.daemon.running:
             return line
         try:
             status_mod.write_atomic(self.path, as_json)
-            self._written = (t, line)
+            self._written = (t, said)
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
         return line

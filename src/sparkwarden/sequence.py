@@ -150,8 +150,10 @@ def restart(
     parts: Parts,
     observer: Observer | None = None,
     resume: Resume | None = None,
+    why: str = "",
 ) -> Outcome:
-    """Run the whole sequence once. The caller holds the run lock."""
+    """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
+    measured) is kept with the run for ``history``."""
     observer = observer or (lambda _e: None)
     try:
         run_id = parts.journal.begin_run(reason)
@@ -162,6 +164,8 @@ def restart(
             orphan.resume_unrecorded(f"the journal could not be written: {exc}")
         raise SparkwardenError(f"the journal could not be written: {exc}") from None
     run = _Run(config, parts, run_id, observer)
+    if why:
+        parts.journal.remember(run.id, why=why)
     run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,11 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def exit_code(snapshot: dict[str, Any]) -> int:
-    if snapshot.get("gave_up") or snapshot.get("llm", {}).get("status") != "running":
+    if (
+        snapshot.get("gave_up")
+        or snapshot.get("reboot_required")
+        or snapshot.get("llm", {}).get("status") != "running"
+    ):
         return EXIT_PROBLEM
     if not snapshot.get("daemon", {}).get("running"):
         return EXIT_NO_DAEMON
@@ -77,6 +82,20 @@ def local_time(iso: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z")
 
 
+def _canary_lines(c: dict[str, Any]) -> list[str]:
+    """The drafting canary: what it last measured and what it makes of the passive estimate."""
+    if c.get("confirm") != "canary":
+        return ["canary:      off (acceptance.confirm = none: the passive estimate acts alone)"]
+    health = c.get("health")
+    head = (
+        f"canary:      health {'-' if health is None else f'{health:.2f}'}, "
+        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded"
+        + (", SUSPICIOUS" if c.get("suspicious") else "")
+    )
+    wrapped = textwrap.wrap(c.get("note") or "-", 66)
+    return [head[:79], *(f"             {line}" for line in wrapped[:3])]
+
+
 def format_text(s: dict[str, Any]) -> str:
     """Plain lines under 80 columns: no colour, no TTY needed."""
     daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
@@ -86,6 +105,13 @@ def format_text(s: dict[str, Any]) -> str:
     else:
         head = f"NOT RUNNING; last known state from {s.get('written_at') or 'nowhere'}"
     lines = [f"sparkwarden: {head}"]
+    if daemon.get("drain"):
+        lines.append(f"drain:       {daemon['drain']}"[:79])
+    if s.get("reboot_required"):
+        trend = s.get("memory_trend") or {}
+        after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
+        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB"[:79])
+        lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
         lines.append(
@@ -97,6 +123,7 @@ def format_text(s: dict[str, Any]) -> str:
     )
     if llm.get("note"):
         lines.append(f"             {llm['note']}"[:79])
+    lines.extend(_policy_lines(s.get("restart_policy") or {}))
     lines.append(f"health:      {llm.get('health') or '-'}"[:79])
     if llm.get("last_probe"):
         lines.append(f"last probe:  {llm['last_probe']}"[:79])
@@ -109,6 +136,9 @@ def format_text(s: dict[str, Any]) -> str:
             f"health {'-' if health is None else f'{health:.2f}'}"
         )
         lines.append(f"             {acc.get('note') or '-'}"[:79])
+        lines += _canary_lines(acc.get("canary") or {})
+    for name, why in (s.get("off") or {}).items():
+        lines.append(f"off:         {name}: {why}"[:79])
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"
@@ -145,6 +175,20 @@ def format_text(s: dict[str, Any]) -> str:
         for row in _wrap(steps, 66):
             lines.append(f"             {row}")
     return "\n".join(lines)
+
+
+def _policy_lines(policy: dict[str, Any]) -> list[str]:
+    """Docker's restart policy: what sparkwarden took over, and, always, what is left at risk."""
+    lines = [
+        f"policy:      {name}: Docker's {was!r} taken over, now 'no'"[:79]
+        for name, was in (policy.get("taken") or {}).items()
+        if name not in (policy.get("at_risk") or {})
+    ]
+    for name, now in (policy.get("at_risk") or {}).items():
+        why = "llm.restart_policy = leave" if policy.get("mode") == "leave" else "see the log"
+        lines.append(f"RISK:        {name}: Docker restart policy {now!r}"[:79])
+        lines.append(f"             restarts a crash into ghost memory ({why})")
+    return lines
 
 
 def _wrap(items: list[str], width: int) -> list[str]:

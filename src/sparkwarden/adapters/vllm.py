@@ -1,17 +1,24 @@
 """The vLLM OpenAI server: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/metrics``.
 
-``/health`` lies (an empty 200 over a dead EngineCore), so the only proof of life is a real chat
-request; the pure functions here say what a response means, the client only moves bytes.
+``/health`` reads an error flag, nothing more (vLLM 0.10.2, 0.12.0, 0.33.0): a *hung* engine (a
+stuck scheduler, a wedged kernel) still answers an empty 200; a dead EngineCore answers 503 from
+0.12 on (an empty 500 on 0.10), and the API server then exits within seconds, so a dead engine
+is mostly seen as connection refused. Hence the only proof of life is a real chat request. The
+pure functions here say what a response means; the client only moves bytes.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
+from sparkwarden import canary as canary_mod
+from sparkwarden import metrics
+from sparkwarden.config import AcceptanceConfig
 from sparkwarden.errors import scrub
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
@@ -32,15 +39,34 @@ class ChatOutcome:
     content: str = ""
 
 
-def chat_body(model: str, max_tokens: int = 8) -> dict[str, Any]:
-    """A short deterministic request; thinking off so a Qwen3 model answers within the tokens."""
-    return {
+def chat_body(
+    model: str, max_tokens: int = 8, prompt: str = PROBE_PROMPT, seed: int | None = None
+) -> dict[str, Any]:
+    """A deterministic request (greedy); thinking off so a Qwen3 model answers within the
+    tokens. The drafting canary adds a fixed seed: greedy decoding should not need one, but a
+    sampler that draws at all then draws the same."""
+    body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "chat_template_kwargs": {"enable_thinking": False},
     }
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def completion_tokens(text: str) -> int | None:
+    """``usage.completion_tokens`` of an answer: what the drafting canary checks the engine's
+    generation counter against (None when the answer does not say)."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
 
 def error_message(payload: object) -> str | None:
@@ -103,6 +129,8 @@ class VllmClient:
         self._http = httpx.Client(base_url=base_url, headers=headers)
 
     def health(self, timeout: float = 10.0) -> Health:
+        """200: "up" (which a hung engine also says); refused: "loading" (or the server exited
+        after its engine died); any other status (503 from 0.12, an empty 500 on 0.10): "dead"."""
         try:
             response = self._http.get("/health", timeout=timeout)
         except httpx.ConnectError:
@@ -134,6 +162,42 @@ class VllmClient:
         except httpx.HTTPError as exc:
             return ChatOutcome(False, self._said(exc))
         return interpret_chat(response.status_code, response.text)
+
+    def canary(
+        self, model: str, prompt: str, max_tokens: int, seed: int, timeout: float
+    ) -> canary_mod.Answer:
+        """One drafting-canary request: greedy, seeded, thinking off, bounded, timed."""
+        body = chat_body(model, max_tokens=max_tokens, prompt=prompt, seed=seed)
+        began = time.monotonic()
+        try:
+            response = self._http.post(
+                "/v1/chat/completions",
+                json=body,
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            )
+        except httpx.HTTPError as exc:
+            return canary_mod.Answer(False, None, time.monotonic() - began, f"{exc!r}")
+        seconds = time.monotonic() - began
+        outcome = interpret_chat(response.status_code, response.text)
+        tokens = completion_tokens(response.text) if outcome.ok else None
+        return canary_mod.Answer(outcome.ok, tokens, seconds, outcome.detail)
+
+    def drafting_canary(
+        self, model: str, cfg: AcceptanceConfig, timeout: float, t: float
+    ) -> canary_mod.Round:
+        """One drafting canary: each prompt in turn, /metrics scraped before and after."""
+
+        def scrape() -> metrics.EngineMetrics | None:
+            text = self.metrics(timeout=min(timeout, 10.0))
+            try:
+                return metrics.parse(text) if text is not None else None
+            except metrics.MetricsError:
+                return None
+
+        def ask(prompt: str) -> canary_mod.Answer:
+            return self.canary(model, prompt, cfg.canary_max_tokens, cfg.canary_seed, timeout)
+
+        return canary_mod.take(cfg.canary_prompts, scrape, ask, t)
 
     def metrics(self, timeout: float = 10.0) -> str | None:
         try:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -108,3 +110,50 @@ def end(proc: subprocess.Popen[Any]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+class NotifySink:
+    """A ``NOTIFY_SOCKET`` read as systemd reads it, every datagram at once (a full queue would
+    block the daemon's sends): ``messages`` holds (monotonic time, text)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[tuple[float, str]] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(str(path))
+        self._sock.settimeout(0.5)
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                self.messages.append((time.monotonic(), self._sock.recv(4096).decode()))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def saying(self, text: str) -> list[str]:
+        return [m for _, m in self.messages if text in m]
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class Daemons:
+    """Daemons a test starts, logging under ``logs``; :meth:`stop_all` ends each by its pid."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[DaemonProcess] = []
+
+    def start(
+        self, config: Path, env: dict[str, str] | None = None, ready: bool = True
+    ) -> DaemonProcess:
+        daemon = DaemonProcess(config, self.logs / f"daemon-{len(self.started)}.log", env)
+        self.started.append(daemon)
+        return daemon.start(ready=ready)
+
+    def stop_all(self) -> None:
+        for daemon in self.started:
+            daemon.stop()

@@ -37,12 +37,20 @@ def no_overlap(runs: list[dict[str, Any]]) -> None:
 
 
 def assert_sound(
-    stage: Stage, runs: list[dict[str, Any]], *, llm: str, port: int, voice: dict[str, str]
+    stage: Stage,
+    runs: list[dict[str, Any]],
+    *,
+    llm: str,
+    port: int,
+    voice: dict[str, str],
+    gave_up: dict[str, Any] | None = None,
 ) -> None:
     """Voice exactly as expected (never left paused or stopped by sparkwarden); the LLM running
-    and answering, or the newest run reported failed; no overlapping sequences."""
+    and answering, or reported down (the newest run failed, or status says it gave up, as
+    ``gave_up`` holds it); no overlapping sequences."""
     for name, expected in voice.items():
         assert stage.status(name) == expected, f"{name} is {stage.status(name)}, not {expected}"
     serving = stage.status(llm) == "running" and answers_chat(port)
-    assert serving or (runs and runs[0]["result"] == "failed"), "LLM down and nobody said so"
+    reported = bool(runs and runs[0]["result"] == "failed") or bool(gave_up and gave_up["why"])
+    assert serving or reported, "LLM down and nobody said so"
     no_overlap(runs)

@@ -175,3 +175,22 @@ def test_a_secret_file_someone_else_can_write_is_refused_with_the_fix(
     assert len(problems) == (2 if refused else 0), problems
     for problem in problems:
         assert f"fix: chown root:root {key} && chmod 0600 {key}" in problem
+
+
+def test_api_key_shape_is_checked_without_quoting_the_key() -> None:
+    from sparkwarden.config import key_problem
+    from sparkwarden.errors import scrub
+
+    assert key_problem("sk-abc123\n") is None and key_problem("") is None
+    for bad in ("sk-abc\n# mine\n", "sk abc", "sk-abc\tx", "sk-\x00abc", "sk-é"):
+        problem = key_problem(bad)
+        assert problem is not None and "abc" not in problem
+    said = "LocalProtocolError: Illegal header value b'Bearer sk-abc\\n# mine'"
+    assert (
+        scrub(said, "sk-abc\n# mine")
+        == "LocalProtocolError: Illegal header value b'Bearer [redacted]'"
+    )
+    assert (
+        scrub("Authorization: Bearer sk-xyz and more")
+        == "Authorization: Bearer [redacted] and more"
+    )

@@ -6,7 +6,6 @@ import json
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -18,7 +17,7 @@ import pytest
 from sparkwarden import control
 from sparkwarden.canary import WORKLOAD_NOT_DRAFTER
 from tests.commands import run_cli, running_step, start_cli
-from tests.daemonkit import DaemonProcess, wait_for
+from tests.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
 
@@ -36,7 +35,7 @@ FAST = {
 
 @pytest.fixture
 def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterator[Any]:
-    started: list[DaemonProcess] = []
+    pool = Daemons(tmp_path)
 
     def start(
         llm_names: list[str],
@@ -53,14 +52,10 @@ def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterato
                 merged.setdefault(key, {}).update(values)
             else:  # an array of tables, e.g. [[notify]]
                 merged[key] = values
-        config = make_config(llm_names, port, voice_names, **merged)
-        daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
-        started.append(daemon)
-        return daemon.start(ready=ready)
+        return pool.start(make_config(llm_names, port, voice_names, **merged), env, ready)
 
     yield start
-    for daemon in started:
-        daemon.stop()
+    pool.stop_all()
 
 
 def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
@@ -262,8 +257,18 @@ def test_crash_loop_spends_the_budget_and_gives_up(stage: Stage, start_daemon: A
     text = run_cli(daemon.config, "status").stdout
     assert "GAVE UP" in text and "sparkwarden reset" in text
 
+    assert_sound(
+        stage,
+        daemon.history(),
+        llm=llm,
+        port=port,
+        voice={stt: "running"},
+        gave_up=status["gave_up"],
+    )
+
     assert run_cli(daemon.config, "reset").returncode == 0
     assert wait_for("gave-up cleared", lambda: daemon.status()["gave_up"] is None)
+    assert daemon.status()["daemon"]["state"] != "gave up"
 
 
 def test_kill_9_mid_sequence_then_a_new_daemon_repairs(stage: Stage, start_daemon: Any) -> None:
@@ -315,22 +320,8 @@ def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(
 ) -> None:
     llm, port = stage.llm("llm")
     wait_healthy(port)
-    notify_path = control_dir / "notify.sock"
-    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sink.bind(str(notify_path))
-    messages: list[tuple[float, str]] = []
-
-    def listen() -> None:
-        sink.settimeout(0.5)
-        while True:
-            try:
-                messages.append((time.monotonic(), sink.recv(4096).decode()))
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    threading.Thread(target=listen, daemon=True).start()
+    sink = NotifySink(control_dir / "notify.sock")
+    messages = sink.messages
     try:
         daemon = start_daemon(
             [llm],
@@ -338,7 +329,7 @@ def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(
             [],
             llm={"probe_timeout": "3s"},
             env={
-                "NOTIFY_SOCKET": str(notify_path),
+                "NOTIFY_SOCKET": str(sink.path),
                 "WATCHDOG_USEC": "1000000",
                 "SPARKWARDEN_ENABLE_FAULTS": "1",
             },
@@ -557,6 +548,142 @@ def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
     time.sleep(3)
     assert len(third.history()) == 1, "an event already handled must not be replayed"
     assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
+    stage: Stage, start_daemon: Any, control_dir: Path
+) -> None:
+    """Every Docker call has a timeout: against a socket that accepts and never answers, the
+    loop gives each call up at ``docker.timeout``, says so, and is never wedged, so it keeps
+    the watchdog's lease (a loop wedged past its lease stops the pings: the test above)."""
+    from tests.blinkproxy import HungEngine
+
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    sink = NotifySink(control_dir / "notify.sock")
+    hung = HungEngine()
+    try:
+        daemon = start_daemon(
+            [llm],
+            port,
+            [],
+            env={
+                "DOCKER_HOST": hung.url,
+                "NOTIFY_SOCKET": str(sink.path),
+                "WATCHDOG_USEC": "1000000",
+            },
+            docker={"timeout": "2s", "retry_for": "1s"},
+        )
+        status = wait_for(
+            "status to say Docker does not answer",
+            lambda: (
+                (s := daemon.status())
+                and (
+                    "did not answer in time" in s["llm"]["note"]
+                    or "unreachable" in s["llm"]["note"]
+                )
+                and s
+            ),
+            timeout=60,
+        )
+        assert status["daemon"]["state"] == "idle"
+        assert hung.accepted >= 1  # the calls did reach the hung socket
+        count = len(sink.saying("WATCHDOG=1"))
+        wait_for(
+            "pings to go on while calls time out",
+            lambda: len(sink.saying("WATCHDOG=1")) >= count + 4,
+            30,
+        )
+        assert daemon.answering()
+        assert daemon.history() == []
+    finally:
+        sink.close()
+        hung.close()
+
+
+def test_the_schedule_is_skipped_while_the_engine_is_younger_than_min_uptime(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    # Every minute, a missed run made up at boot: due now, but the engine is seconds old.
+    daemon = start_daemon(
+        [llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "5m", "min_uptime": "1h"}
+    )
+    wait_for("the skip", lambda: '"schedule_skipped"' in daemon.text())
+    assert "schedule.min_uptime 3600s" in daemon.text()
+    assert daemon.status()["daemon"]["pending"] is None
+    assert daemon.history() == []
+
+
+def test_an_operators_successful_restart_clears_gave_up(stage: Stage, start_daemon: Any) -> None:
+    from sparkwarden.journal import Journal
+
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt])
+    journal = Journal(daemon.settings.state.dir)
+    journal.put("gave_up", {"reason": "crash", "why": "restart budget spent: test", "at": "x"})
+    journal.close()
+    daemon.request({"cmd": "release"})  # any admin request makes the daemon read it again
+    wait_for("gave up", lambda: daemon.status()["daemon"]["state"] == "gave up")
+    result = run_cli(daemon.config, "restart")
+    assert result.returncode == 0, result.stderr
+    status = wait_for("gave-up cleared", lambda: (s := daemon.status())["gave_up"] is None and s)
+    assert status["daemon"]["state"] == "idle"
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_sigterm_mid_run_asks_systemd_for_time_to_resume_voice(
+    stage: Stage, start_daemon: Any, control_dir: Path
+) -> None:
+    llm, port = stage.llm("llm", "--boot-delay", "60")
+    stt = stage.voice("stt")
+    sink = NotifySink(control_dir / "notify.sock")
+    try:
+        daemon = start_daemon([llm], port, [stt], env={"NOTIFY_SOCKET": str(sink.path)})
+        restart = start_cli(daemon.config, "restart")
+        wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+        restart.wait(timeout=30)
+        wait_for("STOPPING=1", lambda: sink.saying("STOPPING=1"))
+    finally:
+        sink.close()
+    stopping = sink.saying("STOPPING=1")
+    cfg = daemon.settings
+    want = int((cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60) * 1e6)
+    assert f"EXTEND_TIMEOUT_USEC={want}" in stopping[0], stopping
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+@pytest.mark.parametrize("action", ["warn", "restart"])
+def test_memory_floor_warn_only_warns_and_restart_restarts(
+    stage: Stage, start_daemon: Any, action: str
+) -> None:
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm],
+        port,
+        [stt],
+        memory={"floor_gib": 100000, "floor_for": "0s", "floor_action": action},
+        budget={"max_runs": 1, "window": "1h"},
+    )
+    wait_for("the floor alert", lambda: '"memory_floor"' in daemon.text())
+    if action == "warn":
+        status = wait_for(
+            "below floor", lambda: (s := daemon.status())["memory"]["below_floor"] and s
+        )
+        assert status["daemon"]["state"] == "idle"
+        assert stage.status(stt) == "running" and daemon.history() == []
+    else:
+        run = wait_for("the memory run", lambda: daemon.runs_with("memory"), timeout=60)[0]
+        assert run["result"] == "ok" and "below the floor of 100000 GiB" in daemon.text()
+        assert stage.status(stt) == "running"
+    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
 
 
 def test_without_stats_a_planned_restart_waits_the_whole_drain(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkwarden import decide, report
+from sparkwarden import decide, report, triggers
 from sparkwarden import intents as do
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
@@ -132,6 +132,24 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
 def test_our_own_stop_and_start_are_not_events_to_act_on() -> None:
     mind, intents = decide.on_event(Mind(last_run_end=T + 10), die(T + 5), CFG)
     assert mind.pending is None and intents == [do.EventsSeen(T + 5)]
+
+
+def test_after_the_clock_stepped_back_a_real_die_is_a_crash_again() -> None:
+    """A run ended at T + 3600 by a clock an hour fast; NTP steps it back: the next look at the
+    box notices, and Docker's real-time ``die`` is no longer taken for our own."""
+    seen = Observation(T, up_since(7200), "", Memory(90.0, 128.0))
+    mind, said = decide.on_look(Mind(last_run_end=T + 3600), seen, CFG)
+    assert mind.last_run_end == T and "clock_stepped_back" in events(said)
+    mind, _ = decide.on_event(mind, die(T + 5), CFG)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+
+
+def test_a_daemon_restarted_after_the_floor_paused_voice_resumes_it_when_memory_is_back() -> None:
+    low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
+    seen = Observation(T, up_since(7200), "", Memory(30.0, 128.0))
+    fresh = Mind(memory=triggers.MemoryState(alerted=True))  # the journal still lists them
+    _, intents = decide.on_look(fresh, seen, low)
+    assert do.ResumeVoiceAfterMemory() in intents
 
 
 def test_a_die_an_operator_started_again_is_left_alone() -> None:

@@ -77,3 +77,33 @@ def test_state_is_private_and_secrets_are_never_written(
     written += [p.read_bytes().decode(errors="replace") for p in state.iterdir() if p.is_file()]
     assert all(secret not in text for text in written)
     assert daemon.runs_with("crash")[0]["result"] == "ok"  # the key was used, just never shown
+
+
+def test_the_journal_runs_in_wal_mode_with_synchronous_full(tmp_path: Path) -> None:
+    """A power cut must not lose the line written before an action (the repair needs it)."""
+    from sparkwarden.journal import Journal
+
+    journal = Journal(tmp_path / "state")
+    try:
+        assert journal._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert journal._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        journal.close()
+
+
+def test_the_status_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A write that fails half-way leaves the previous snapshot, and no stray temp file."""
+    from sparkwarden import status
+
+    path = tmp_path / "status.json"
+    status.write_atomic(path, {"daemon": {"state": "idle"}})
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("cut short mid-write")
+
+    with pytest.raises(RuntimeError):
+        status.write_atomic(path, {"daemon": {"state": "restarting"}, "x": Unprintable()})
+    assert status.read(path) == {"daemon": {"state": "idle"}}
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+    assert oct(path.stat().st_mode & 0o777) == "0o640"

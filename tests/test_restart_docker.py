@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import psutil
 import pytest
 
 from sparkwarden import config as cfg
@@ -148,14 +149,26 @@ def test_memory_gate_not_met_the_llm_is_not_started(stage: Stage, make_config: A
         memory={"start_min_available_gib": 100000, "start_wait": "2s", "drop_interval": "0.5s"},
     )
 
+    seen = [psutil.virtual_memory().available / 1024**3]
     result = run_cli(config, "restart")
+    seen.append(psutil.virtual_memory().available / 1024**3)
 
     assert result.returncode == 1
     assert "memory did not come back" in result.stderr
     (run,) = history(config)
     drop = next(s for s in run["steps"] if s["name"] == "drop_caches")
     assert drop["result"] == "failed" and drop["detail"]["drops"] >= 2
-    assert drop["detail"]["gate_gib"] == 100000 and drop["detail"]["available_after_gib"] > 0
+    figures = drop["detail"]
+    assert figures["gate_gib"] == 100000
+    for key in ("available_before_gib", "available_after_gib"):
+        assert 0 < figures[key] <= figures["total_gib"], figures
+    # "before" is MemAvailable as the step began: within what the host showed around the run.
+    low, high = min(seen), max(seen)
+    assert low - 2 <= figures["available_before_gib"] <= high + 2, (figures, seen)
+    after = figures["available_after_gib"]
+    assert (
+        f"{after:.1f} GiB available after" in run["error"] and "gate is 100000 GiB" in run["error"]
+    )
     assert steps_of(run)["start_llm"] == "skipped"
     assert stage.status(llm) == "exited"  # never started into ghost memory
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
@@ -181,9 +194,15 @@ def test_docker_start_failure_port_taken(stage: Stage, make_config: Any) -> None
     finally:
         parts.close()
         squatter.close()
-    assert not outcome.ok and outcome.error is not None and "start" in outcome.error
-    assert steps_of(run)["start_llm"] == "failed"
-    assert steps_of(run)["wait_health"] == "skipped"
+    assert not outcome.ok and outcome.error is not None
+    # Docker's own reason, as dockerd said it, naming the container and the port.
+    assert outcome.error.startswith(f"start {llm}: "), outcome.error
+    assert f"127.0.0.1:{port}" in outcome.error and "address already in use" in outcome.error
+    start = next(s for s in run["steps"] if s["name"] == "start_llm")
+    assert start["result"] == "failed" and start["detail"]["error"] == outcome.error
+    assert run["result"] == "failed" and run["error"] == outcome.error
+    assert [steps_of(run)[n] for n in ("wait_health", "chat_probe")] == ["skipped", "skipped"]
+    assert steps_of(run)["resume_voice"] == "ok"
     assert_sound(stage, [run], llm=llm, port=port, voice={stt: "running"})
 
 

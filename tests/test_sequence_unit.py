@@ -154,3 +154,93 @@ def test_repair_verifies_a_running_llm_and_resumes_only_what_was_paused(tmp_path
     results = {s.name: s.result for s in parts.journal.runs(1)[0].steps}
     assert results["stop_llm"] == results["start_llm"] == "skipped"
     assert results["chat_probe"] == "ok"
+
+
+def test_repair_after_a_stop_was_sent_stops_and_starts_a_still_running_llm(
+    tmp_path: Path,
+) -> None:
+    """Killed mid-``docker stop``: "running" may mean "on its way down"; finish the stop."""
+    docker = FakeDocker({"llm": "running", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    resume = sequence.Resume("llm", ["stt"], llm_stopped=True)
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert outcome.ok
+    assert docker.calls == ["stop llm", "start llm", "unpause stt"]
+
+
+def test_repair_verifies_a_candidate_started_meanwhile_and_never_starts_a_second(
+    tmp_path: Path,
+) -> None:
+    docker = FakeDocker({"llm": "exited", "other": "running", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    config.llm.containers.append("other")
+    resume = sequence.Resume("llm", ["stt"], llm_stopped=True)
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert outcome.ok and outcome.container == "other"
+    assert docker.calls == ["unpause stt"]
+
+
+def test_repair_whose_detect_fails_still_resumes_the_adopted_voice(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "exited", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    resume = sequence.Resume("gone-llm", ["stt"])  # dropped from llm.containers meanwhile
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert not outcome.ok and "no longer in llm.containers" in (outcome.error or "")
+    assert docker.calls == ["unpause stt"]
+    assert parts.journal.runs(1)[0].plan["voice_paused"] == ["stt"]  # written before detect
+
+
+def test_a_journal_that_cannot_be_written_still_resumes_voice(tmp_path: Path) -> None:
+    import sqlite3
+
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    journal = parts.journal
+    real_end = journal.end_step
+
+    def full(step_id: int, result: Any, detail: dict[str, Any]) -> float:
+        if docker.status["llm"] == "running" and "start llm" in docker.calls:
+            journal.begin_step = _raise  # type: ignore[method-assign]
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_end(step_id, result, detail)
+
+    def _raise(*_args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    journal.end_step = full  # type: ignore[method-assign]
+    outcome = sequence.restart(config, "manual", parts)
+    assert not outcome.ok
+    assert outcome.error == "the journal could not be written: database or disk is full"
+    assert docker.calls[-1] == "unpause stt" and docker.status["stt"] == "running"
+
+
+def test_resume_from_an_interrupted_runs_plan() -> None:
+    plan = {"voice_paused": ["stt"], "llm_stopped": True, "container": "llm"}
+    assert sequence.Resume.from_plan(None, plan) == sequence.Resume("llm", ["stt"], True)
+    assert sequence.Resume.from_plan("a", {}) == sequence.Resume("a", [], False)
+    assert sequence.Resume.from_plan(None, {**plan, "llm_started": True}) == sequence.Resume(
+        "llm", ["stt"], False
+    )  # the stop had finished and the start was sent: a running LLM is the one it started
+    assert sequence.Resume.from_plan(None, {}) is None  # cut short before touching anything
+    assert sequence.Resume.from_plan(None, {"voice_paused": ["stt"]}) == sequence.Resume(
+        None, ["stt"]
+    )
+
+
+def test_a_repair_that_cannot_even_begin_its_run_still_resumes_voice(tmp_path: Path) -> None:
+    import sqlite3
+
+    import pytest
+
+    from sparkwarden.errors import SparkwardenError
+
+    docker = FakeDocker({"llm": "running", "stt": "paused"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+
+    def full(*_args: Any) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    parts.journal.begin_run = full  # type: ignore[method-assign]
+    with pytest.raises(SparkwardenError, match="the journal could not be written"):
+        sequence.restart(config, "repair", parts, resume=sequence.Resume("llm", ["stt"]))
+    assert docker.calls == ["unpause stt"]

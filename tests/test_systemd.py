@@ -487,6 +487,20 @@ def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None
     box.ok("rm -r /etc/systemd/system/sparkwarden.service.d && systemctl daemon-reload")
 
 
+def test_reload_rereads_the_config_and_any_unexpected_end_is_restarted(box: Box) -> None:
+    box.ok("systemctl restart sparkwarden")
+    pid = box.show("MainPID")
+    box.ok("systemctl kill -s HUP sparkwarden")  # as README says: taken up between runs
+    wait_for("the reload", lambda: '"reloading"' in box.ok("journalctl -u sparkwarden -o cat"))
+    wait_for("active again", lambda: box.show("ActiveState") == "active", timeout=30)
+    assert box.show("MainPID") == pid and box.show("NRestarts") == "0"
+    restarts = int(box.show("NRestarts"))
+    box.ok(f"kill -USR2 {pid}")  # a stray signal: not a failure systemd would otherwise restart
+    wait_for("a restart", lambda: int(box.show("NRestarts")) > restarts, timeout=60)
+    wait_for("active again", lambda: box.show("ActiveState") == "active", timeout=60)
+    assert box.show("MainPID") != pid
+
+
 def test_systemctl_stop_ends_it_cleanly_and_uninstall_removes_it(box: Box) -> None:
     box.ok("systemctl restart sparkwarden")
     box.ok("systemctl stop sparkwarden")
@@ -515,3 +529,27 @@ def test_every_command_readme_gives_for_the_install_was_run_as_written(box: Box)
     ]
     assert len(commands) >= 6
     assert [c for c in commands if c not in box.ran] == []
+
+
+def test_install_without_a_config_and_no_start_then_uninstall_purge(box: Box) -> None:
+    box.ok("rm -rf /etc/sparkwarden")
+    out = box.ok(f"{BIN} install-service --no-start")
+    assert "writing the default /etc/sparkwarden/sparkwarden.toml" in out
+    shipped = box.ok(
+        "/opt/sparkwarden/bin/python -c 'from sparkwarden.actions.install import packaged; "
+        'print(packaged("sparkwarden.toml"), end="")\''
+    )
+    assert box.ok("cat /etc/sparkwarden/sparkwarden.toml") == shipped
+    assert box.ok("stat -c '%a %G' /etc/sparkwarden/sparkwarden.toml").strip() == "640 sparkwarden"
+    assert box.ok("systemctl is-enabled sparkwarden").strip() == "enabled"
+    assert box.show("ActiveState") == "inactive"  # --no-start: enabled, not started
+
+    out = box.ok(f"{BIN} uninstall-service --purge")
+    assert "removing /etc/sparkwarden" in out
+    for path in (
+        "/etc/systemd/system/sparkwarden.service",
+        "/etc/sparkwarden",
+        "/var/lib/sparkwarden",
+    ):
+        assert box.sh(f"test -e {path}")[0] == 1, path
+    assert box.sh("getent group sparkwarden")[0] == 2  # the group is gone too

@@ -304,6 +304,20 @@ def test_backoff_doubles_after_each_failure() -> None:
     assert budget(two, now, 0.0, BUDGET).not_before == now - 50 + 240
 
 
+def test_runs_dated_in_the_future_count_but_set_no_backoff() -> None:
+    """After the wall clock stepped back an hour, runs recorded before the step are dated in
+    the future: they still count against the budget, but no backoff is measured from them."""
+    from sparkwarden.config import BudgetConfig
+    from sparkwarden.triggers import PastRun, budget
+
+    cfg = BudgetConfig(max_runs=3, window=3600, backoff=60, backoff_max=600)
+    now = 1_000_000.0
+    future = [PastRun("crash", "failed", now + 3600, now + 3605)]
+    verdict = budget(future, now, 0.0, cfg)
+    assert verdict.allowed and verdict.used == 1  # not backing off until now + 3665
+    assert not budget(future * 3, now, 0.0, cfg).allowed  # three of them spend the budget
+
+
 TREND = MemoryConfig(trend_runs=3, trend_fall_gib=2.0)
 
 

@@ -22,7 +22,7 @@ from sparkwarden.facts import Kept
 from sparkwarden.handlers import ManualCall
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
-from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent, voice_to_quiet
+from sparkwarden.sequence import STEPS, Observer, Parts, Resume, StepEvent, voice_to_quiet
 
 log = logs.get("sparkwarden.daemon")
 
@@ -126,22 +126,37 @@ class Hands:
             self.run_lock.acquire("repair")
             try:
                 note = f"sparkwarden (pid {run.pid}) stopped during this run"
-                self.parts.journal.mark_interrupted(run.id, note)
                 log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-                if run.container is None:
+                resume = Resume.from_plan(run.container, run.plan)
+                if resume is None:
+                    self.parts.journal.mark_interrupted(run.id, note)
                     continue  # cut short in detect: nothing had been touched
                 self.step = ""
                 cfg = self.config
                 budget_s = cfg.llm.health_timeout + cfg.llm.probe_timeout + 300
                 self.sd.send(f"EXTEND_TIMEOUT_USEC={int(budget_s * 1e6)}")
-                resume = Resume(run.container, list(run.plan.get("voice_paused", [])))
-                outcome = sequence.restart(cfg, "repair", self.parts, resume=resume)
+                # Marked interrupted only once the repair has written what it adopted: a kill
+                # in between leaves a run that still says what to resume.
+                adopted = self._mark_when_adopted(run.id, note, time.time())
+                outcome = sequence.restart(
+                    cfg, "repair", self.parts, observer=adopted, resume=resume
+                )
                 log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
             finally:
                 self.run_lock.release()
                 self.step = None
                 ended = time.time()
         return ended
+
+    def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> Observer:
+        """Close the interrupted run as found at ``found_at`` (before the repair began), once
+        the repair has written what it adopted."""
+
+        def observe(event: StepEvent) -> None:
+            if event.phase == "begin" and event.index == 1:
+                self.parts.journal.mark_interrupted(run_id, note, found_at)
+
+        return observe
 
     def _quiet_voice_for_memory(self) -> None:
         """Pause the running voice containers, each noted in the journal before it is paused."""

@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from sparkwarden.actions import run as run_action
 
-            return run_action.run(config)
+            return run_action.run(config, config_mod.resolve_path(args.config))
         if args.command == "record":
             from sparkwarden.actions import record as record_action
 

@@ -117,8 +117,30 @@ class LlmConfig(_Section):
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
         if self.api_key_file is None:
-            return os.environ.get("SPARKWARDEN_LLM_API_KEY") or None
-        return self.api_key_file.read_text().strip() or None
+            key, source = os.environ.get(API_KEY_ENV, ""), API_KEY_ENV
+        else:
+            key, source = self.api_key_file.read_text(errors="replace"), str(self.api_key_file)
+        if problem := key_problem(key):
+            raise ConfigError(f"llm.api_key_file: {source}: {problem}")
+        return key.strip() or None
+
+
+#: Where the key comes from when no ``api_key_file`` is set.
+API_KEY_ENV = "SPARKWARDEN_LLM_API_KEY"
+
+
+def key_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a Bearer token (never quoting it): one token, no whitespace. A
+    second line (a comment, an env-file habit) would go into the header, and httpx's refusal
+    would quote the whole header in an error."""
+    key = text.strip()
+    if not key:
+        return None
+    if any(c.isspace() for c in key):
+        return "the API key must be one token on one line, without spaces (the file has more)"
+    if not key.isprintable() or not key.isascii():
+        return "the API key has characters a Bearer token cannot carry"
+    return None
 
 
 class VoiceConfig(_Section):
@@ -347,12 +369,9 @@ def secret_file_problem(path: Path) -> str | None:
     A key or URL file another user can write lets that user point root's requests anywhere
     (a webhook URL) or swap the key, so only a root-owned file no one else may write is taken.
     """
-    try:
-        info = path.stat()
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        return f"{str(path)!r} cannot be read: {exc.strerror or exc}"
+    if unread := _unreadable(path):
+        return unread
+    info = path.stat()
     if info.st_uid != 0 or info.st_mode & 0o022:
         who = f"uid {info.st_uid}" if info.st_uid != 0 else "root"
         return (
@@ -363,31 +382,54 @@ def secret_file_problem(path: Path) -> str | None:
     return None
 
 
-def secret_problems(config: Config) -> list[str]:
-    """What the daemon and a sequence need beyond the file itself: the secrets they read.
+def secret_report(config: Config) -> tuple[list[str], list[str]]:
+    """What the daemon and a sequence need beyond the file itself, the secrets they read:
+    (absent here: missing, unreadable, unset; wrong: in other hands, malformed, not a URL).
 
-    Checked by the commands that use them (``run``, ``restart``, ``record``) and shown as
-    warnings by ``check-config``; never by the commands that only read state (``status``,
-    ``history``, ``doctor``), so an operator in the group is not refused over root's secrets.
+    Checked by the commands that use them (``run``, ``restart``, ``record``); ``check-config``
+    shows the absent ones as warnings (a group member cannot read root's key) and refuses the
+    wrong ones; the commands that only read state (``status``, ``history``, ``doctor``) never
+    look, so an operator in the group is not refused over root's secrets.
     """
-    problems: list[str] = []
+    absent: list[str] = []
+    wrong: list[str] = []
     if config.llm.api_key_file is not None:
-        problem = secret_file_problem(config.llm.api_key_file)
-        if problem:
-            problems.append(f"llm.api_key_file: {problem}")
+        path = config.llm.api_key_file
+        if unread := _unreadable(path):
+            absent.append(f"llm.api_key_file: {unread}")
+        elif problem := secret_file_problem(path):
+            wrong.append(f"llm.api_key_file: {problem}")
+        elif shape := key_problem(path.read_text(errors="replace")):
+            wrong.append(f"llm.api_key_file: {str(path)!r}: {shape}")
     for index, target in enumerate(config.notify):
         key = f"notify.{index}"
         if target.url_file is not None:
-            problem = secret_file_problem(target.url_file)
-            if problem:
-                problems.append(f"{key}.url_file: {problem}")
+            if unread := _unreadable(target.url_file):
+                absent.append(f"{key}.url_file: {unread}")
+                continue
+            if problem := secret_file_problem(target.url_file):
+                wrong.append(f"{key}.url_file: {problem}")
                 continue
         elif not os.environ.get(target.url_env or ""):
-            problems.append(f"{key}.url_env: ${target.url_env} is not set")
+            absent.append(f"{key}.url_env: ${target.url_env} is not set")
             continue
         if not re.fullmatch(r"https?://\S+", target.url()):
-            problems.append(f"{key}: the URL it holds is not http:// or https://")
-    return problems
+            wrong.append(f"{key}: the URL it holds is not http:// or https://")
+    return absent, wrong
+
+
+def secret_problems(config: Config) -> list[str]:
+    """Every reason a secret cannot be used, absent or wrong (see :func:`secret_report`)."""
+    absent, wrong = secret_report(config)
+    return absent + wrong
+
+
+def _unreadable(path: Path) -> str | None:
+    try:
+        with path.open("rb"):
+            return None
+    except OSError as exc:
+        return f"{str(path)!r} cannot be read: {exc.strerror or exc}"
 
 
 def require_secrets(config: Config, source: Path) -> None:

@@ -16,17 +16,20 @@ import contextlib
 import queue
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sparkwarden import decide, exporter, logs, report, status
+from sparkwarden import config as config_mod
+from sparkwarden import decide, exporter, logs, report, status, triggers
 from sparkwarden.act import Hands
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import SdNotify, Watchdog
 from sparkwarden.config import Config
 from sparkwarden.control import ControlServer, group_id
-from sparkwarden.errors import LockBusy
+from sparkwarden.errors import LockBusy, SparkwardenError
 from sparkwarden.facts import Kept
 from sparkwarden.handlers import WAKE, Handlers, ManualCall
 from sparkwarden.intents import RunEnded, TakeCanary
@@ -40,8 +43,12 @@ log = logs.get("sparkwarden.daemon")
 
 
 class Daemon:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, path: Path | None = None) -> None:
         self.config = config
+        #: Where SIGHUP re-reads the config from; the new one, once read and valid.
+        self.path = path
+        self.reload_wanted = False
+        self.reloaded: Config | None = None
         self.sd = SdNotify()
         self.watchdog = Watchdog(self.sd)
         self.parts = Parts.from_config(config)
@@ -72,7 +79,9 @@ class Daemon:
         self.stopping = False
         self.ready = False
         self.hang = False
-        self.mind = decide.Mind()
+        # Voice the floor paused before a restart of sparkwarden is resumed when memory is back.
+        paused = bool(self.kept.memory_paused())
+        self.mind = decide.Mind(memory=triggers.MemoryState(alerted=paused))
         self.seen: Observation | None = None
         self.facts = self._read_journal()
 
@@ -90,11 +99,12 @@ class Daemon:
             status.share(self.config.state.dir, gid)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hangup)
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
         try:
             if (repaired := self.hands.repair()) is not None:
-                self.mind = decide.Mind(last_run_end=repaired)
+                self.mind = replace(self.mind, last_run_end=repaired)
             self.facts = self._read_journal()
             self._tick(time.time())
             self._start_listeners()
@@ -116,7 +126,10 @@ class Daemon:
             log.info("metrics_serving", listen=self.config.metrics.listen)
 
     def _shutdown(self) -> None:
-        self.sd.stopping()
+        if self.reloaded is None:
+            self.sd.stopping()
+        else:
+            self.sd.send("RELOADING=1")
         self.events.stop()
         self._mark_events_seen()
         self.control.stop()
@@ -148,6 +161,24 @@ class Daemon:
             self.sd.stopping()
         self.queue.put(WAKE)
 
+    def _on_hangup(self, _signum: int, _frame: FrameType | None) -> None:
+        """Re-read the config, between runs only: the loop takes it up when no run is going."""
+        log.info("reload_requested", running=self.hands.step)
+        self.reload_wanted = True
+        self.queue.put(WAKE)
+
+    def _reload_config(self) -> None:
+        """A valid new config ends this daemon so a fresh one starts on it (same process); an
+        invalid one is refused and the running config kept."""
+        self.reload_wanted = False
+        try:
+            new = config_mod.load(self.path)
+        except SparkwardenError as exc:
+            log.error("reload_refused", error=str(exc))
+            return
+        log.info("reloading", config=str(self.path))
+        self.reloaded, self.stopping = new, True
+
     def _busy(self) -> str | None:
         """What a sequence running now is doing, for an operator's refused restart."""
         return self.hands.run_lock.held_by_other() or self.hands.step or None
@@ -176,6 +207,8 @@ class Daemon:
                 next_tick = time.monotonic() + interval
             if not self.stopping:
                 self._gate(time.time())
+            if self.reload_wanted and not self.stopping:
+                self._reload_config()
             self.watchdog.beat(self._loop_lease())
             self._publish()
 

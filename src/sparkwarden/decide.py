@@ -143,7 +143,12 @@ def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     on this before it reads the engine, so a floor pauses voice without waiting on slow HTTP
     reads."""
     t = seen.t
+    stepped: list[Intent] = []
+    if mind.last_run_end > t:  # the wall clock stepped back (NTP fixing a bad RTC)
+        said = {"by_s": round(mind.last_run_end - t, 3)}
+        mind, stepped = replace(mind, last_run_end=t), [Say("warning", "clock_stepped_back", said)]
     mind, intents = on_policies(mind, seen, cfg)
+    intents = [*stepped, *intents]
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
     mind = replace(mind, memory=memory)
     if alert == "alert":

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 #: The fix for a user refused a file of root's: the socket's group may read what it needs.
 MEMBERS_ONLY = "run as root, or ask root to add you to the control group"
+
+#: An Authorization value as httpx and h11 quote it in their errors ("Bearer sk-...").
+_BEARER = re.compile(r"(Bearer|Basic)\s+[^\s'\"]+", re.IGNORECASE)
+
+
+def scrub(text: str, *secrets: str | None) -> str:
+    """Text fit to record: exception messages can carry a request's headers (httpx's "Illegal
+    header value b'Bearer ...'"), and they go to the journal, the log, status and webhooks."""
+    for secret in secrets:
+        for form in (secret, repr(secret)[1:-1]) if secret else ():  # as is, and as quoted
+            text = text.replace(form, "[redacted]")
+    return _BEARER.sub(r"\1 [redacted]", text)
 
 
 class SparkwardenError(Exception):

@@ -20,6 +20,7 @@ class Key(StrEnum):
     HOLD = "hold"
     GAVE_UP = "gave_up"
     RESET_AT = "reset_at"
+    RESET_AFTER_RUN = "reset_after_run"
     MEMORY_PAUSED = "memory_paused"
     EVENTS_SEEN = "events_seen_until"
     REBOOT_REQUIRED = "reboot_required"
@@ -102,9 +103,13 @@ class Kept:
         self.journal.put(Key.GAVE_UP, gave_up.to_json())
 
     def reset(self, t: float) -> None:
-        """Clear "gave up" and start the budget afresh: an operator's reset or successful run."""
+        """Clear "gave up" and start the budget afresh: an operator's reset or successful run.
+        It counts from the newest run by id: after the wall clock stepped back, the runs before
+        the reset are dated after it."""
+        runs = self.journal.runs(1)
         self.journal.delete(Key.GAVE_UP)
         self.journal.put(Key.RESET_AT, t)
+        self.journal.put(Key.RESET_AFTER_RUN, runs[0].id if runs else 0)
 
     def reboot_required(self) -> RebootRequired | None:
         raw: dict[str, Any] | None = self.journal.get(Key.REBOOT_REQUIRED)
@@ -127,7 +132,11 @@ class Kept:
         return self.journal.memory_after_drops(since)
 
     def reset_at(self) -> float:
-        return float(self.journal.get(Key.RESET_AT) or 0.0)
+        """The time of the last reset, for journals written before resets named a run."""
+        return 0.0 if self.reset_after_run() else float(self.journal.get(Key.RESET_AT) or 0.0)
+
+    def reset_after_run(self) -> int:
+        return int(self.journal.get(Key.RESET_AFTER_RUN) or 0)
 
     def memory_paused(self) -> list[str]:
         return list(self.journal.get(Key.MEMORY_PAUSED) or [])

@@ -99,6 +99,13 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
     raise SparkwardenError(f"unknown request {request!r}")
 
 
+def _naming(call: ManualCall) -> str:
+    """The operator's sequence a refused request lost to, by its run number once it has one."""
+    call.started.wait(timeout=10.0)
+    run = f"run #{call.run_id}, " if call.run_id is not None else ""
+    return f"{run}an operator's ({call.reason})"
+
+
 class Handlers:
     """The control socket's handler: one call per request, on the control thread."""
 
@@ -147,11 +154,14 @@ class Handlers:
         call = ManualCall(reason)
         with self.manual_lock:
             queued = self.manual_call
-            busy = f"an operator's ({queued.reason})" if queued else self.busy()
-            if busy:
-                yield {"ok": False, "error": f"another sequence is running: {busy}"}
-                return
-            self.manual_call = call
+            busy = self.busy() if queued is None else None
+            if queued is None and not busy:
+                self.manual_call = call
+        if queued is not None:
+            busy = _naming(queued)  # waits, outside the lock, for it to have a run number
+        if busy:
+            yield {"ok": False, "error": f"another sequence is running: {busy}"}
+            return
         try:
             self.queue.put(call)
             if not call.started.wait(timeout=10.0) and call.cancel():

@@ -224,10 +224,10 @@ class Journal:
                 (result, self._clock(), error, run_id),
             )
 
-    def mark_interrupted(self, run_id: int, note: str) -> None:
-        """Close a run a crash cut short, and the step it was in."""
+    def mark_interrupted(self, run_id: int, note: str, at: float | None = None) -> None:
+        """Close a run a crash cut short, and the step it was in, as found at ``at`` (now)."""
         with self._tx() as db:
-            now = self._clock()
+            now = self._clock() if at is None else at
             db.execute(
                 "UPDATE steps SET result = 'failed', duration_s = ? - started_at,"
                 " detail = json_set(detail, '$.interrupted', json('true'))"
@@ -258,12 +258,15 @@ class Journal:
         row = self._db.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(row["value"])
 
-    def past_runs(self, since: float) -> list[tuple[str, str, float, float | None]]:
-        """(reason, result, started_at, ended_at) of the runs since a time, oldest first."""
+    def past_runs(
+        self, since: float, after_run: int = 0
+    ) -> list[tuple[str, str, float, float | None]]:
+        """(reason, result, started_at, ended_at) of the runs since a time and after run
+        ``after_run`` (ids do not step back with the clock), oldest first."""
         rows = self._db.execute(
             "SELECT reason, result, started_at, ended_at FROM runs"
-            " WHERE started_at >= ? AND result != 'dry-run' ORDER BY id",
-            (since,),
+            " WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
+            (since, after_run),
         ).fetchall()
         return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
 

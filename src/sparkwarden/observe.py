@@ -95,7 +95,7 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
     return Recorded(
         hold=kept.hold(),
         gave_up=kept.gave_up(),
-        runs=tuple(PastRun(*r) for r in journal.past_runs(t - window)),
+        runs=tuple(PastRun(*r) for r in journal.past_runs(t - window, kept.reset_after_run())),
         reset_at=kept.reset_at(),
         last_run=runs[0].to_json() if runs else None,
         last_container=journal.last_container(),

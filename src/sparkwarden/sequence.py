@@ -13,11 +13,13 @@ memory the driver has not returned, and a container started at once dies in it. 
 8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
-sparkwarden itself can be finished later (reason ``repair``).
+sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
+before it acts too. Voice is resumed even when the journal cannot be written at all.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from sparkwarden.adapters.host import Host
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
-from sparkwarden.errors import SparkwardenError, StepFailed
+from sparkwarden.errors import NoSuchContainer, SparkwardenError, StepFailed, scrub
 from sparkwarden.journal import Journal, StepResult
 
 STEPS: Final = (
@@ -115,10 +117,31 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a repair picks up an interrupted run: what it had paused and stopped."""
+    """Where a repair picks up an interrupted run: what it had paused and stopped.
 
-    container: str
+    ``container`` is None when the run was cut short before it chose one (the repair detects
+    afresh); ``llm_stopped`` says a ``docker stop`` was sent, so a container still "running" may
+    be on its way down and must not be trusted.
+    """
+
+    container: str | None
     voice_paused: list[str]
+    llm_stopped: bool = False
+
+    @classmethod
+    def from_plan(cls, container: str | None, plan: dict[str, Any]) -> Resume | None:
+        """What an interrupted run left to finish; None when it had touched nothing."""
+        resume = cls(
+            container or plan.get("container"),
+            list(plan.get("voice_paused", [])),
+            # Once the start was sent, a running LLM is the one the run started.
+            bool(plan.get("llm_stopped")) and not plan.get("llm_started"),
+        )
+        return resume if resume.container or resume.voice_paused else None
+
+
+#: What a journal that cannot be written raises (a full or read-only state dir).
+_UNRECORDABLE = (sqlite3.Error, OSError)
 
 
 def restart(
@@ -131,13 +154,31 @@ def restart(
 ) -> Outcome:
     """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
     measured) is kept with the run for ``history``."""
-    run = _Run(config, parts, parts.journal.begin_run(reason), observer or (lambda _e: None))
+    observer = observer or (lambda _e: None)
+    try:
+        run_id = parts.journal.begin_run(reason)
+    except _UNRECORDABLE as exc:
+        if resume:  # nothing can be recorded, but voice an interrupted run paused comes back
+            orphan = _Run(config, parts, 0, observer)
+            orphan.paused = list(resume.voice_paused)
+            orphan.resume_unrecorded(f"the journal could not be written: {exc}")
+        raise SparkwardenError(f"the journal could not be written: {exc}") from None
+    run = _Run(config, parts, run_id, observer)
     if why:
         parts.journal.remember(run.id, why=why)
     run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
     try:
+        if resume:  # before anything can fail: a repair cut short must not forget the list
+            run.paused = list(resume.voice_paused)
+            parts.journal.remember(
+                run.id,
+                voice_paused=run.paused,
+                voice_mode=config.voice.mode,
+                llm_stopped=resume.llm_stopped,
+                container=resume.container,
+            )
         active = run.step("detect", lambda: run.detect(resume))
         run.step("pause_voice", lambda: run.pause_voice(resume))
         run.step("stop_llm", lambda: run.stop_llm(active))
@@ -146,17 +187,19 @@ def restart(
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
     except SparkwardenError as exc:
-        error = str(exc)
+        error = scrub(str(exc))
+    except _UNRECORDABLE as exc:  # a full or read-only state dir: still resume voice below
+        log.error("journal_unwritable", run=run.id, error=str(exc))
+        error = f"the journal could not be written: {exc}"
     except Exception as exc:  # a bug must still end with voice resumed and the run recorded
         log.exception("run_internal_error", run=run.id)
-        error = f"internal error: {type(exc).__name__}: {exc}"
+        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
     finally:
-        run.skip_untaken()
-        try:
-            run.step("resume_voice", run.resume_voice)
-        except SparkwardenError as exc:
-            error = f"{error}; {exc}" if error else str(exc)
-    parts.journal.end_run(run.id, "failed" if error else "ok", error)
+        error = run.finish(error)
+    try:
+        parts.journal.end_run(run.id, "failed" if error else "ok", error)
+    except _UNRECORDABLE as exc:
+        log.error("run_not_recorded", run=run.id, error=str(exc))
     log.info(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
@@ -176,6 +219,10 @@ class _Run:
         self.taken: set[str] = set()
         self.repairing = False
         self.llm_was_up = False
+        #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
+        self.stop_sent = False
+        #: Steps whose action has run (resume_voice must run once, recorded or not).
+        self.acted: set[str] = set()
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -189,15 +236,23 @@ class _Run:
         log.info("step_started", run=self.id, step=name)
         value: Any = None
         try:
-            produced = action()
+            try:
+                produced = action()
+            finally:
+                self.acted.add(name)
             value, done = produced if isinstance(produced, tuple) else (None, produced)
             self.parts.after_action(name)
         except Exception as exc:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
-            detail = {**detail, "error": str(exc)}
-            duration = self.parts.journal.end_step(step_id, "failed", detail)
-            self.observer(StepEvent("end", name, index, self.id, "failed", str(exc), duration))
-            log.error("step_failed", run=self.id, step=name, error=str(exc), **_flat(detail))
+            said = scrub(str(exc))
+            detail = {**detail, "error": said}
+            try:
+                duration = self.parts.journal.end_step(step_id, "failed", detail)
+            except _UNRECORDABLE as journal_exc:  # the step's own error is the one to report
+                log.error("step_not_recorded", run=self.id, step=name, error=str(journal_exc))
+                duration = 0.0
+            self.observer(StepEvent("end", name, index, self.id, "failed", said, duration))
+            log.error("step_failed", run=self.id, step=name, error=said, **_flat(detail))
             raise
         result: StepResult = "skipped" if done.skipped else "ok"
         duration = self.parts.journal.end_step(
@@ -228,6 +283,31 @@ class _Run:
         }
         return longest.get(name, call) + 30.0
 
+    def finish(self, error: str | None) -> str | None:
+        """Resume voice whatever happened, even when the journal cannot record it (a full state
+        dir): the box comes first, the record after if it can be written. Returns the error."""
+        try:
+            self.skip_untaken()
+            self.step("resume_voice", self.resume_voice)
+        except SparkwardenError as exc:
+            error = f"{error}; {exc}" if error else str(exc)
+        except _UNRECORDABLE as exc:
+            log.error("journal_unwritable", run=self.id, error=str(exc))
+            error = error or f"the journal could not be written: {exc}"
+            if "resume_voice" not in self.acted:
+                error = self.resume_unrecorded(error)
+        return error
+
+    def resume_unrecorded(self, error: str) -> str:
+        """``resume_voice`` without the journal; the log says what it did. Returns the error."""
+        try:
+            done = self.resume_voice()
+            log.warning("voice_resumed_unrecorded", run=self.id, summary=done.summary)
+        except SparkwardenError as exc:
+            log.error("voice_not_resumed", run=self.id, error=str(exc))
+            error = f"{error}; {exc}"
+        return error
+
     def skip_untaken(self) -> None:
         """Record the steps a failure jumped over, so history shows the whole plan."""
         for name in STEPS[:-1]:
@@ -241,11 +321,21 @@ class _Run:
         states = [docker.inspect(name) for name in self.config.llm.containers]
         for name in self.config.voice.containers:
             docker.inspect(name)  # a missing voice container fails here, before anything moved
-        remembered = resume.container if resume else journal.last_container()
-        if resume:
-            active = next(s for s in states if s.name == resume.container)
+        if resume and resume.container:
+            # The interrupted run's container, unless another candidate is up now (an operator
+            # started it meanwhile): repairing it must not start a second LLM beside that one.
+            mine = [s for s in states if s.name == resume.container]
+            if not mine:
+                raise StepFailed(
+                    "detect",
+                    f"the interrupted run's container {resume.container} is no longer in "
+                    "llm.containers; not repairing it",
+                )
+            up = any(s.up for s in states)
+            active = choose_active(states, resume.container) if up else mine[0]
+            self.stop_sent = resume.llm_stopped and active.name == resume.container
         else:
-            active = choose_active(states, remembered)
+            active = choose_active(states, journal.last_container())
         self.container = active
         journal.set_container(self.id, active.name, active.id)
         candidates = {s.name: s.status for s in states}
@@ -291,8 +381,8 @@ class _Run:
     def stop_llm(self, active: ContainerState) -> Done:
         docker, timeout = self.parts.docker, self.config.llm.stop_timeout
         current = docker.inspect(active.name)
-        self.llm_was_up = current.up
-        if current.up and self.repairing:
+        if current.up and self.repairing and not self.stop_sent:
+            self.llm_was_up = True
             return Done(
                 f"repair: {active.name} is {current.status}; verified, not stopped",
                 {"status": current.status},
@@ -363,6 +453,7 @@ class _Run:
         docker = self.parts.docker
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
+        self.parts.journal.remember(self.id, llm_started=True)
         docker.start(active.name)
         after = docker.inspect(active.name)
         if after.id != active.id:
@@ -469,7 +560,9 @@ class _Run:
                     resumed.append(name)
                 else:
                     already[name] = status
-            except SparkwardenError as exc:
+            except NoSuchContainer:
+                already[name] = "gone"  # removed while paused: nothing left to resume
+            except Exception as exc:  # one that cannot be resumed must not keep the next paused
                 failures.append(f"{name}: {exc}")
         detail = {"resumed": resumed, "already": already}
         if failures:

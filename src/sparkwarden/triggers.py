@@ -360,20 +360,28 @@ class Budget:
 
 
 def budget(runs: list[PastRun], now: float, reset_at: float, cfg: BudgetConfig) -> Budget:
-    """Automatic runs in the window since the last reset, and the backoff after failures."""
+    """Automatic runs in the window since the last reset, and the backoff after failures.
+
+    A run dated after ``now`` was recorded before the wall clock stepped back (NTP fixing the
+    RTC): it counts against the budget (the safe side) but cannot be placed in time, so no
+    backoff is measured from it; ``reset`` clears it by run id, not by time."""
     counted = [
-        r for r in runs if r.reason in AUTOMATIC and r.started_at >= max(reset_at, now - cfg.window)
+        r
+        for r in runs
+        if r.reason in AUTOMATIC
+        and (r.started_at > now or r.started_at >= max(reset_at, now - cfg.window))
     ]
     used = len(counted)
     if used >= cfg.max_runs:
         return Budget(used, cfg.max_runs, False, None, f"{used} automatic runs in the window")
+    placed = [r for r in counted if r.started_at <= now]
     failures = 0
-    for run in sorted(counted, key=lambda r: r.started_at, reverse=True):
+    for run in sorted(placed, key=lambda r: r.started_at, reverse=True):
         if run.result not in ("failed", "interrupted"):
             break
         failures += 1
     if failures:
-        last_end = max(r.ended_at or r.started_at for r in counted)
+        last_end = max(r.ended_at or r.started_at for r in placed)
         wait = min(cfg.backoff * 2 ** (failures - 1), cfg.backoff_max)
         if now < last_end + wait:
             why = f"backing off {wait:g}s after {failures} failed run(s)"

@@ -7,13 +7,18 @@ from pathlib import Path
 
 import tomli_w
 
-from sparkwarden.config import Config, effective, secret_problems
+from sparkwarden.config import Config, effective, secret_report
+from sparkwarden.errors import ConfigError
 
 
 def run(config: Config, path: Path) -> int:
-    """Exit 0 when the file is valid; a secret it names that cannot be used here is a warning:
-    a group member may not read root's key, and only the daemon and a sequence need it."""
-    for problem in secret_problems(config):
+    """Exit 0 when the file is valid. A secret that cannot be read here is a warning (a group
+    member may not read root's key; only the daemon and a sequence need it); one that is wrong
+    for anyone (in other hands, malformed) is refused, exit 2."""
+    absent, wrong = secret_report(config)
+    if wrong:
+        raise ConfigError(f"config {path}: " + "; ".join(wrong))
+    for problem in absent:
         print(f"sparkwarden: warning: {problem} (run and restart refuse it)", file=sys.stderr)
     print(f"# {path}: valid. Effective configuration, defaults filled in:")
     print(tomli_w.dumps(effective(config)), end="")

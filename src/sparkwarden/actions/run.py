@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sparkwarden.config import Config
 from sparkwarden.daemon import Daemon
 
 
-def run(config: Config) -> int:
-    return Daemon(config).run()
+def run(config: Config, path: Path | None = None) -> int:
+    """One daemon after another in this process: SIGHUP with a valid config ends the current
+    one between runs and the next starts on the new config (systemd sees RELOADING=1)."""
+    while True:
+        daemon = Daemon(config, path)
+        code = daemon.run()
+        if daemon.reloaded is None:
+            return code
+        config = daemon.reloaded

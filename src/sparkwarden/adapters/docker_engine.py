@@ -20,7 +20,8 @@ from sparkwarden.errors import ContainerError, NoSuchContainer
 
 T = TypeVar("T")
 
-_UNREACHABLE = (requests.exceptions.ConnectionError, docker.errors.DockerException)
+#: Any transport failure (a refused socket, a response cut short when dockerd dies mid-answer).
+_UNREACHABLE = (requests.exceptions.RequestException, docker.errors.DockerException)
 
 
 class DockerEngine:
@@ -36,15 +37,23 @@ class DockerEngine:
             self._client = docker.from_env(timeout=int(self._timeout))
         return self._client
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(
+        self, what: str, fn: Callable[[], T], reached: Callable[[], T | None] | None = None
+    ) -> T:
+        """``fn``, retried while dockerd is unreachable. ``reached`` (state changes) says whether
+        the state ``fn`` wanted holds: a retry after a blink may find the first try had landed
+        (dockerd then answers 409 "already paused"), which is success, not failure."""
         deadline = time.monotonic() + self._retry_for
         delay = 0.5
+        retried = False
         while True:
             try:
                 return fn()
             except docker.errors.NotFound:
                 raise NoSuchContainer(f"{what}: no such container") from None
             except docker.errors.APIError as exc:
+                if retried and reached is not None and (landed := reached()) is not None:
+                    return landed
                 raise ContainerError(f"{what}: {exc.explanation or exc}") from None
             except requests.exceptions.ReadTimeout:
                 raise ContainerError(f"{what}: Docker did not answer in time") from None
@@ -52,6 +61,7 @@ class DockerEngine:
                 if time.monotonic() + delay > deadline:
                     raise ContainerError(f"{what}: Docker engine unreachable: {exc}") from None
                 self._client = None
+                retried = True
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -67,15 +77,27 @@ class DockerEngine:
         """The whole ``docker inspect`` of a container (for doctor's checks)."""
         return self._call(f"inspect {name}", lambda: dict(self._container(name).attrs))
 
+    def _change(self, verb: str, name: str, fn: Callable[[Any], None], wanted: str) -> None:
+        """A state change; after a retry, finding the container already ``wanted`` is done."""
+
+        def reached() -> bool | None:
+            try:
+                status = self._container(name).attrs["State"]["Status"]
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                return None
+            return True if status == wanted else None
+
+        self._call(f"{verb} {name}", lambda: fn(self._container(name)), reached)
+
     def pause(self, name: str) -> None:
-        self._call(f"pause {name}", lambda: self._container(name).pause())
+        self._change("pause", name, lambda c: c.pause(), "paused")
 
     def unpause(self, name: str) -> None:
-        self._call(f"unpause {name}", lambda: self._container(name).unpause())
+        self._change("unpause", name, lambda c: c.unpause(), "running")
 
     def stop(self, name: str, timeout: float) -> None:
         """``docker stop`` with SIGTERM, then SIGKILL after ``timeout`` seconds."""
-        self._call(f"stop {name}", lambda: self._container(name).stop(timeout=int(timeout)))
+        self._change("stop", name, lambda c: c.stop(timeout=int(timeout)), "exited")
 
     def set_restart_policy(self, name: str, policy: dict[str, Any]) -> None:
         """``docker update --restart``: ``policy`` is Docker's ``RestartPolicy`` object."""
@@ -85,7 +107,7 @@ class DockerEngine:
         )
 
     def start(self, name: str) -> None:
-        self._call(f"start {name}", lambda: self._container(name).start())
+        self._change("start", name, lambda c: c.start(), "running")
 
     def close(self) -> None:
         if self._client is not None:

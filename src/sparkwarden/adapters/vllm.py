@@ -19,6 +19,7 @@ import httpx
 from sparkwarden import canary as canary_mod
 from sparkwarden import metrics
 from sparkwarden.config import AcceptanceConfig
+from sparkwarden.errors import scrub
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
 
@@ -124,6 +125,7 @@ class VllmClient:
 
     def __init__(self, base_url: str, api_key: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._key = api_key
         self._http = httpx.Client(base_url=base_url, headers=headers)
 
     def health(self, timeout: float = 10.0) -> Health:
@@ -136,7 +138,7 @@ class VllmClient:
         except httpx.TimeoutException:
             return Health("no-answer", f"no answer within {timeout:g}s")
         except httpx.HTTPError as exc:
-            return Health("no-answer", f"{type(exc).__name__}: {exc}")
+            return Health("no-answer", self._said(exc))
         if response.status_code == 200:
             return Health("up", "HTTP 200")
         return Health("dead", f"HTTP {response.status_code}")
@@ -158,7 +160,7 @@ class VllmClient:
         except httpx.TimeoutException:
             return ChatOutcome(False, f"no answer within {timeout:g}s")
         except httpx.HTTPError as exc:
-            return ChatOutcome(False, f"{type(exc).__name__}: {exc}")
+            return ChatOutcome(False, self._said(exc))
         return interpret_chat(response.status_code, response.text)
 
     def canary(
@@ -203,6 +205,10 @@ class VllmClient:
         except httpx.HTTPError:
             return None
         return response.text if response.status_code == 200 else None
+
+    def _said(self, exc: Exception) -> str:
+        """An error fit to record: httpx quotes a refused header, key and all."""
+        return scrub(f"{type(exc).__name__}: {exc}", self._key)
 
     def close(self) -> None:
         self._http.close()

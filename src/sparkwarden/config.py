@@ -107,23 +107,61 @@ class LlmConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
-        return url.rstrip("/")
+    def _url(cls, url: str) -> str:
+        return _http_url(url)
 
     @field_validator("api_key_file")
     @classmethod
-    def _readable(cls, path: Path | None) -> Path | None:
-        if path is not None and not os.access(path, os.R_OK):
-            raise ValueError(f"{str(path)!r} does not exist or is not readable")
-        return path
+    def _key_file(cls, path: Path | None) -> Path | None:
+        return _readable(path)
 
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
-        if self.api_key_file is None:
-            return os.environ.get("SPARKWARDEN_LLM_API_KEY") or None
-        return self.api_key_file.read_text().strip() or None
+        return _read_key(self.api_key_file, "SPARKWARDEN_LLM_API_KEY")
+
+
+def _http_url(url: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def _readable(path: Path | None) -> Path | None:
+    if path is not None and not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)!r} does not exist or is not readable")
+    return path
+
+
+def _read_key(path: Path | None, env: str) -> str | None:
+    if path is None:
+        return os.environ.get(env) or None
+    return path.read_text().strip() or None
+
+
+class GatewayConfig(_Section):
+    """The users' path (e.g. LiteLLM -> Nginx -> vLLM): proven after each run, and watched when
+    asked; a failing gateway is reported, never "fixed" by restarting the engine."""
+
+    url: str
+    model: str = Field(min_length=1)
+    api_key_file: Path | None = None
+    timeout: PositiveDuration = 120.0
+    watch: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _base(cls, url: str) -> str:
+        """The base URL users give their OpenAI client ends in ``/v1``; requests add it back."""
+        return _http_url(url).removesuffix("/v1")
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file(cls, path: Path | None) -> Path | None:
+        return _readable(path)
+
+    def api_key(self) -> str | None:
+        """The gateway's key (e.g. a LiteLLM virtual key), read when needed, never printed."""
+        return _read_key(self.api_key_file, "SPARKWARDEN_GATEWAY_API_KEY")
 
 
 class VoiceConfig(_Section):
@@ -255,12 +293,9 @@ class NotifyTarget(_Section):
     kind: Literal["webhook", "ntfy", "slack"] = "webhook"
     url_file: Path | None = None
     url_env: str | None = None
-    events: list[Literal["run_failed", "gave_up", "crash_recovered", "memory_floor"]] = [
-        "run_failed",
-        "gave_up",
-        "crash_recovered",
-        "memory_floor",
-    ]
+    events: list[
+        Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
+    ] = ["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
     min_interval: Duration = 600.0
 
     @model_validator(mode="after")
@@ -312,6 +347,7 @@ class Config(_Section):
     docker: DockerConfig = DockerConfig()
     notify: list[NotifyTarget] = []
     metrics: MetricsConfig = MetricsConfig()
+    gateway: GatewayConfig | None = None
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:

@@ -51,6 +51,16 @@ def flag(argv: list[str], name: str) -> str | None:
     return None
 
 
+def shutdown_timeout(attrs: dict[str, Any]) -> float | None:
+    """vLLM's ``--shutdown-timeout``: how long it lets running requests finish after SIGTERM
+    (0, its default, aborts them). None when the command line does not set it or is unreadable."""
+    text = flag(command_line(attrs), "shutdown-timeout")
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Finding]:
     argv = command_line(attrs)
     host = attrs.get("HostConfig") or {}

@@ -23,12 +23,13 @@ from sparkwarden.config import NotifyTarget
 
 log = logs.get("sparkwarden.notify")
 
-EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor")
+EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed")
 TITLES: Final = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
 }
 
 

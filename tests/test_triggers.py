@@ -219,3 +219,22 @@ def test_backoff_doubles_after_each_failure() -> None:
     assert budget(one, now + 21, 0.0, BUDGET).allowed
     two = [*one, PastRun("unhealthy", "failed", now - 50, now - 50)]
     assert budget(two, now, 0.0, BUDGET).not_before == now - 50 + 240
+
+
+def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> None:
+    from sparkwarden.sequence import STEPS
+    from sparkwarden.triggers import GATEWAY_STEP, GatewayWatch, gateway_observe, retry_failed_run
+
+    assert GATEWAY_STEP in STEPS
+    bad = ChatOutcome(False, "HTTP 502: Bad Gateway")
+    state, why = gateway_observe(GatewayWatch(), bad, t=10.0)
+    assert why is not None and "the engine answers" in why and "502" in why
+    assert state.ok is False and state.failing_since == 10.0
+    state, why = gateway_observe(state, ChatOutcome(False, "HTTP 429: cooldown"), t=20.0)
+    assert why is None and state.failing_since == 10.0 and "429" in state.last
+    state, why = gateway_observe(state, ChatOutcome(True, "answered 'ready'"), t=30.0)
+    assert why is None and state.ok is True and state.failing_since is None
+    assert gateway_observe(state, bad, t=40.0)[1] is not None  # a new episode is told again
+    assert not retry_failed_run("schedule", GATEWAY_STEP)
+    assert retry_failed_run("schedule", "chat_probe")
+    assert not retry_failed_run("manual", "chat_probe")

@@ -147,6 +147,7 @@ class Daemon:
         self.last_probe = ""
         self.acc = acceptance.AcceptanceState()
         self.health = triggers.HealthState()
+        self.gateway = triggers.GatewayWatch()
         self.mem_state = triggers.MemoryState()
         self.exits: dict[str, triggers.ExitWatch] = {}
         self.pending: Pending | None = None
@@ -402,6 +403,10 @@ class Daemon:
                 else ChatOutcome(False, "/v1/models names no model")
             )
             self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
+            if canary.ok and cfg.gateway is not None and cfg.gateway.watch and self.parts.gateway:
+                self._gateway_seen(
+                    self.parts.gateway.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout), t
+                )
         self.health, why = triggers.health_observe(
             self.health,
             t=t,
@@ -414,6 +419,14 @@ class Daemon:
         )
         if why:
             self._want("unhealthy", why, t)
+
+    def _gateway_seen(self, outcome: ChatOutcome, t: float) -> None:
+        """Report the users' path; whatever it says, the engine is left alone."""
+        assert self.config.gateway is not None
+        self.gateway, why = triggers.gateway_observe(self.gateway, outcome, t)
+        if why:
+            log.warning("gateway_failed", url=self.config.gateway.url, why=why)
+            self.notify.emit("gateway_failed", self.config.gateway.url, why)
 
     def _memory_alert(self, t: float) -> None:
         cfg = self.config.memory
@@ -589,7 +602,18 @@ class Daemon:
             self.journal.put("reset_at", time.time())
         self.recorded = self._reload(time.time())
         subject = outcome.container or "llm"
-        if not outcome.ok:
+        gateway = self.config.gateway
+        if gateway is not None and outcome.ok:
+            self.gateway = triggers.GatewayWatch(True, "ok (the run's gateway probe)")
+        if gateway is not None and outcome.failed_step == triggers.GATEWAY_STEP:
+            self.gateway = triggers.GatewayWatch(False, f"FAILED {outcome.error}", time.time())
+            self.notify.emit(
+                "gateway_failed",
+                gateway.url,
+                f"run #{outcome.run_id} ({reason}): {outcome.error}",
+                run=outcome.run_id,
+            )
+        elif not outcome.ok:
             self.notify.emit(
                 "run_failed",
                 subject,
@@ -606,7 +630,7 @@ class Daemon:
             )
         if outcome.ok:
             self.last_probe = "ok (the run's chat probe)"
-        elif reason in triggers.AUTOMATIC and not self.stopping:
+        elif triggers.retry_failed_run(reason, outcome.failed_step) and not self.stopping:
             self._want(
                 reason, f"retry after failed run #{outcome.run_id}: {outcome.error}", time.time()
             )
@@ -822,6 +846,12 @@ class Daemon:
                 "enabled": self.config.acceptance.enabled,
             },
             "metrics": self.metrics_note,
+            "gateway": (
+                {"url": self.config.gateway.url, "watch": self.config.gateway.watch}
+                | asdict(self.gateway)
+                if self.config.gateway
+                else None
+            ),
             "next_restart": self._next_restart(now),
             "budget": {"used": budget.used, "limit": budget.limit, "why": budget.why},
             "hold": recorded.hold,

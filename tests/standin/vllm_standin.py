@@ -12,6 +12,11 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
 chat), crash after N seconds, acceptance decay, stalled engine, ignore SIGTERM, broken metrics.
+
+Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
+requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
+0.33's ``--shutdown-timeout``: new requests get 503 at once; 0 (its default) aborts the running
+ones mid-stream, more lets them finish for up to that long; then the teardown (``--stop-delay``).
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class Engine:
         self.running = args.running
         self.lock = threading.Lock()
         self.chats = 0
+        self.in_flight = 0
+        self.stopping = False  # SIGTERM seen: new requests are refused
+        self.aborting = False  # running requests are cut
         self._last = time.monotonic()
         self._started = time.monotonic()
 
@@ -105,7 +113,7 @@ class Engine:
                     self.accepted,
                     tuple(self.per_pos),
                     self.generation,
-                    self.running,
+                    self.running + self.in_flight,
                     self.args.waiting,
                     self.created_at,
                 ),
@@ -211,7 +219,7 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
 
         def do_GET(self) -> None:
             if self.path == "/health":
-                if args.mode == "never-healthy":
+                if args.mode == "never-healthy" or engine.stopping:
                     self._send(503, b"")
                 else:
                     self._send(200, b"")
@@ -266,6 +274,9 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
                 )
                 return
+            if engine.stopping:
+                self._error(503, "The server is shutting down", "ServiceUnavailableError")
+                return
             engine.chats += 1
             if args.mode in ("chat-fails", "zombie"):
                 self._error(
@@ -276,7 +287,57 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     os._exit(1)  # the engine dies on its first message
                 return
             max_tokens = int(body.get("max_tokens") or 16)
+            with engine.lock:
+                engine.in_flight += 1
+            try:
+                if body.get("stream"):
+                    self._stream(max_tokens)
+                else:
+                    self._answer(max_tokens)
+            finally:
+                with engine.lock:
+                    engine.in_flight -= 1
+
+        def _stream(self, max_tokens: int) -> None:
+            """vLLM's SSE: a role chunk, one chunk per token, a finish chunk, ``[DONE]``."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chat_id, created = f"chatcmpl-{engine.chats}", int(time.time())
+
+            def event(delta: dict[str, object], finish: str | None = None) -> None:
+                chunk = {
+                    "id": chat_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": args.model,
+                    "choices": [
+                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                    ],
+                }
+                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+
+            event({"role": "assistant", "content": ""})
+            for i in range(max_tokens):
+                time.sleep(args.token_delay)
+                if engine.aborting:  # cut mid-generation: no finish chunk, no [DONE]
+                    self.close_connection = True
+                    return
+                with engine.lock:
+                    engine.generation += 1
+                event({"content": f"tok{i} "})
+            event({}, "length")
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _answer(self, max_tokens: int) -> None:
             text = "ready"
+            time.sleep(args.token_delay)
             with engine.lock:
                 engine.generation += 1
             self._json(
@@ -341,6 +402,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--running", type=float, default=0.0)
     p.add_argument("--waiting", type=float, default=0.0)
     p.add_argument("--stall", action="store_true", help="generation frozen, requests running")
+    p.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=0.0,
+        help="as vLLM 0.33: 0 aborts running requests at SIGTERM, more lets them finish",
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.
@@ -350,11 +418,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    engine: Engine | None = None
 
-    def on_term(_sig: int, _frame: object) -> None:
+    def shut_down() -> None:
+        if engine is not None:
+            engine.stopping = True
+            deadline = time.monotonic() + args.shutdown_timeout
+            while engine.in_flight and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print(f"SIGTERM: {engine.in_flight} running request(s) aborted", flush=True)
+            engine.aborting = True
         print("SIGTERM: tearing down", flush=True)
         time.sleep(args.stop_delay)
         os._exit(0)
+
+    def on_term(_sig: int, _frame: object) -> None:
+        # A thread of its own: the server keeps refusing new requests fast while running ones end.
+        threading.Thread(target=shut_down, daemon=True).start()
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_term)
     if args.role == "voice":

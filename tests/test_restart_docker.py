@@ -63,7 +63,7 @@ def test_happy_path_same_container_voice_quiet_exactly_while_llm_is_down(
 
     assert result.returncode == 0, result.stdout + result.stderr
     for index, name in enumerate(STEPS, start=1):
-        assert f"[{index}/8] {name}" in result.stdout
+        assert f"[{index}/{len(STEPS)}] {name}" in result.stdout
     after = stage.attrs(llm)
     assert after["Id"] == before["Id"]
     assert after["State"]["StartedAt"] > before["State"]["StartedAt"]

@@ -14,9 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkwarden import config as cfg
-from sparkwarden import sequence
-from sparkwarden.sequence import STEPS, Parts
+from sparkwarden.sequence import STEPS
 from tests.conftest import history, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.gatewaykit import ALIAS, MASTER_KEY, Nginx, StreamingLoad, stream_once, users_path
@@ -99,29 +97,39 @@ def stream_once_ok(url: str) -> bool:
 
 
 def restart_under_load(
-    stage: Stage, make_config: Any, gateway: Path_, *standin: str
+    stage: Stage, make_daemon_config: Any, tmp_path: Path, gateway: Path_, *standin: str
 ) -> tuple[list[Any], dict[str, Any]]:
-    """A planned restart (as after a drain whose deadline passed) while users stream."""
+    """The daemon's planned restart (uptime) while users stream: the drain never sees quiet, so
+    its deadline passes with requests running, the hardest case. One run (budget 1)."""
     llm, port = stage.llm("llm", "--token-delay", "0.05", *standin, port=gateway.engine_port)
     wait_healthy(port)
-    path = make_config([llm], port, llm={"stop_timeout": "10s"})
-    config = cfg.load(path)
+    config = make_daemon_config(
+        [llm],
+        port,
+        llm={"stop_timeout": "10s"},
+        watch={"max_uptime": "12s"},
+        drain={"quiet": "30s", "deadline": "3s"},
+        budget={"max_runs": 1},
+    )
     load = StreamingLoad(gateway.url, clients=3, max_tokens=40).start()
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         wait_for("steady load", lambda: load.count("complete") >= 3, timeout=60)
         wait_for("requests in flight", lambda: running(port) >= 1, timeout=30)
-        parts = Parts.from_config(config)
-        try:
-            outcome = sequence.restart(config, "schedule", parts)
-        finally:
-            parts.close()
-        assert outcome.ok, outcome.error
+        daemon.start()
+        (run,) = wait_for("the planned run", lambda: finished(config), timeout=120)
+        assert run["result"] == "ok" and run["reason"] == "uptime", run
         after = load.count("complete")
         wait_for("users served again", lambda: load.count("complete") >= after + 3, timeout=60)
     finally:
         results = load.stop()
-    (run,) = history(path)
+        daemon.stop()
+    assert "drain deadline of 3s reached" in daemon.text()
     return results, steps_of(run)["stop_llm"]["detail"]
+
+
+def finished(config: Path) -> list[dict[str, Any]]:
+    return [r for r in history(config) if r["result"] != "running"]
 
 
 def running(port: int) -> float:
@@ -131,9 +139,11 @@ def running(port: int) -> float:
 
 
 def test_a_planned_restart_under_streaming_load_cuts_no_request(
-    stage: Stage, make_config: Any, gateway: Path_
+    stage: Stage, make_daemon_config: Any, tmp_path: Path, gateway: Path_
 ) -> None:
-    results, stop = restart_under_load(stage, make_config, gateway, "--shutdown-timeout", "30")
+    results, stop = restart_under_load(
+        stage, make_daemon_config, tmp_path, gateway, "--shutdown-timeout", "30"
+    )
 
     cut = [r for r in results if r.kind == "cut"]
     assert cut == [], cut
@@ -146,10 +156,10 @@ def test_a_planned_restart_under_streaming_load_cuts_no_request(
 
 
 def test_without_shutdown_timeout_the_same_restart_cuts_requests(
-    stage: Stage, make_config: Any, gateway: Path_
+    stage: Stage, make_daemon_config: Any, tmp_path: Path, gateway: Path_
 ) -> None:
     """The measurement above can fail: vLLM's default (0) aborts running requests at SIGTERM."""
-    results, stop = restart_under_load(stage, make_config, gateway)
+    results, stop = restart_under_load(stage, make_daemon_config, tmp_path, gateway)
 
     assert any(r.kind == "cut" for r in results)
     assert stop["running_at_stop"] >= 1 and stop["shutdown_timeout"] is None

@@ -1,0 +1,209 @@
+"""The users' path across planned restarts: LiteLLM -> Nginx -> the stand-in vLLM, real parts.
+
+A few users stream answers through the gateway (the shipped examples under packaging/) while the
+daemon makes planned restarts (uptime trigger; the drain never sees quiet, so its deadline passes
+with requests running and vLLM's --shutdown-timeout lets them finish). Two probers, one on the
+engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
+(a handful of clients). It prints medians and never fails on a missed target: the machine is
+shared and noisy.
+
+    .venv/bin/python benchmarks/gateway.py               # 3 planned restarts, about 2 minutes
+    .venv/bin/python benchmarks/gateway.py --restarts 5 --clients 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sparkwarden.adapters.vllm import VllmClient  # noqa: E402
+from tests.conftest import history  # noqa: E402
+from tests.daemonkit import DaemonProcess, wait_for  # noqa: E402
+from tests.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path  # noqa: E402
+from tests.standin.stage import Stage, free_port, wait_healthy, write_config  # noqa: E402
+
+MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
+
+
+class Prober:
+    """One short chat request every ``every`` seconds; records (when, answered)."""
+
+    def __init__(self, client: VllmClient, model: str, every: float = 0.1) -> None:
+        self.client, self.model, self.every = client, model, every
+        self.seen: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            self.seen.append((t, self.client.chat(self.model, timeout=10).ok))
+            self._stop.wait(self.every)
+
+    def start(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.client.close()
+        return self.seen
+
+
+def outages(seen: list[tuple[float, bool]]) -> list[tuple[float, float]]:
+    """(start, length) of each run of failures: first failure to the next answer."""
+    found, began = [], None
+    for t, ok in seen:
+        if not ok and began is None:
+            began = t
+        elif ok and began is not None:
+            found.append((began, t - began))
+            began = None
+    return found
+
+
+def paired(engine: list[tuple[float, float]], users: list[tuple[float, float]]) -> list[float]:
+    """Users' downtime minus the engine's, for each engine outage and the users' one over it."""
+    extra = []
+    for start, length in engine:
+        over = [u for u in users if u[0] <= start + length and u[0] + u[1] >= start]
+        if over:
+            extra.append(max(u[0] + u[1] for u in over) - min(u[0] for u in over) - length)
+    return extra
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    stage = Stage(docker.from_env())
+    work = Path(tempfile.mkdtemp(prefix="sparkwarden-gateway-bench-"))
+    engine_port = free_port()
+    daemon: DaemonProcess | None = None
+    try:
+        with users_path(work, engine_port, MODEL) as (_nginx, litellm):
+            llm, port = stage.llm(
+                "llm",
+                "--token-delay",
+                str(args.token_delay),
+                "--shutdown-timeout",
+                "30",
+                port=engine_port,
+            )
+            wait_healthy(port)
+            config = write_config(
+                work / "sparkwarden.toml",
+                work / "state",
+                [llm],
+                port,
+                [],
+                llm={"stop_timeout": "10s"},
+                schedule={"cron": ""},
+                watch={"interval": "0.5s", "max_uptime": f"{args.uptime:g}s"},
+                drain={"quiet": "30s", "deadline": "3s"},
+                budget={"max_runs": args.restarts},
+                control={"socket": str(work / "control.sock"), "group": ""},
+            )
+            load = StreamingLoad(litellm.url, args.clients, args.max_tokens).start()
+            engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL).start()
+            users = Prober(VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY), ALIAS).start()
+            try:
+                wait_for("steady load", lambda: load.count("complete") >= args.clients, 60)
+                daemon = DaemonProcess(config, work / "daemon.log").start()
+                per_run = args.uptime + 3 + 60
+                wait_for(
+                    f"{args.restarts} planned runs",
+                    lambda: (
+                        len([r for r in history(config) if r["result"] != "running"])
+                        >= args.restarts
+                    ),
+                    timeout=args.restarts * per_run,
+                )
+                after = load.count("complete")
+                wait_for("users served again", lambda: load.count("complete") > after, 60)
+            finally:
+                results = load.stop()
+                engine_seen, users_seen = engine.stop(), users.stop()
+                if daemon is not None:
+                    daemon.stop()
+            runs = [r for r in history(config) if r["result"] != "running"]
+    finally:
+        stage.cleanup()
+    stops = [{s["name"]: s for s in r["steps"]}["stop_llm"]["detail"] for r in runs]
+    refused = [r.seconds for r in results if r.kind == "refused"]
+    engine_out, users_out = outages(engine_seen), outages(users_seen)
+    return {
+        "runs": [(r["reason"], r["result"]) for r in runs],
+        "requests": len(results),
+        "complete": sum(r.kind == "complete" for r in results),
+        "cut": sum(r.kind == "cut" for r in results),
+        "running_at_stop": [s.get("running_at_stop") for s in stops],
+        "refused": len(refused),
+        "refused_median_s": statistics.median(refused) if refused else None,
+        "refused_max_s": max(refused) if refused else None,
+        "engine_down_s": [round(length, 2) for _, length in engine_out],
+        "users_down_s": [round(length, 2) for _, length in users_out],
+        "users_minus_engine_s": [round(x, 2) for x in paired(engine_out, users_out)],
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    extra = r["users_minus_engine_s"]
+    worst = max(extra) if extra else None
+    down = statistics.median(r["engine_down_s"]) if r["engine_down_s"] else float("nan")
+    users = statistics.median(r["users_down_s"]) if r["users_down_s"] else float("nan")
+    rows = [
+        ("what", "measured", "target", "met"),
+        (
+            f"requests cut mid-generation ({len(r['runs'])} planned restarts, "
+            f"{r['requests']} requests, running at stop {r['running_at_stop']})",
+            str(r["cut"]),
+            "0",
+            "yes" if r["cut"] == 0 else "NO",
+        ),
+        (
+            f"requests refused while down ({r['refused']}), median s to the error",
+            "-" if r["refused_median_s"] is None else f"{r['refused_median_s']:.3f}",
+            "<= 1",
+            "yes" if r["refused_median_s"] is not None and r["refused_median_s"] <= 1 else "NO",
+        ),
+        (
+            f"users' path downtime vs engine's, median s ({users:.2f} vs {down:.2f}); worst extra",
+            "-" if worst is None else f"{worst:+.2f}",
+            "<= +5",
+            "yes" if worst is not None and worst <= 5 else "NO",
+        ),
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--restarts", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--token-delay", type=float, default=0.05)
+    parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
+    args = parser.parse_args()
+    results = run(args)
+    print(report(results))
+    print(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

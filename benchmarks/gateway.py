@@ -27,6 +27,7 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.run import table  # noqa: E402
 from sparkwarden.adapters.vllm import VllmClient  # noqa: E402
 from tests.conftest import history  # noqa: E402
 from tests.daemonkit import DaemonProcess, wait_for  # noqa: E402
@@ -183,10 +184,7 @@ def report(r: dict[str, Any]) -> str:
             "yes" if worst is not None and worst <= 5 else "NO",
         ),
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
-    )
+    return table(rows)
 
 
 def main() -> int:

@@ -389,7 +389,12 @@ def report(results: dict[str, Any]) -> str:
             r["rss_mib_max"] <= 40,
         )
         add("idle CPU, % of one core", r["cpu_percent"], "", "<= 0.2", r["cpu_percent"] <= 0.2)
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return table(rows)
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Plain columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
     )

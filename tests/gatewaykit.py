@@ -33,15 +33,17 @@ ALIAS = "qwen"
 MASTER_KEY = "sk-sparkwarden-test"
 
 
-def substitute(text: str, replacements: dict[str, str], source: Path) -> str:
-    """The example with its placeholders replaced; each must be there exactly once, so an edit
-    of the example that the tests would silently stop exercising fails here instead."""
+def render(example: Path, dest: Path, replacements: dict[str, str]) -> Path:
+    """The shipped example with its addresses replaced; each must be there exactly once, so an
+    edit of the example that the tests would silently stop exercising fails here instead."""
+    text = example.read_text()
     for old, new in replacements.items():
         count = text.count(old)
         if count != 1:
-            raise AssertionError(f"{source.name}: expected {old!r} once, found it {count} times")
+            raise AssertionError(f"{example.name}: expected {old!r} once, found it {count} times")
         text = text.replace(old, new)
-    return text
+    dest.write_text(text)
+    return dest
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
@@ -85,15 +87,12 @@ class Nginx:
         temp = self.dir / "temp"
         temp.mkdir(exist_ok=True)
         temp.chmod(0o777)  # the workers run as nobody
-        site = substitute(
-            NGINX_EXAMPLE.read_text(),
-            {
-                "server 127.0.0.1:8000 ": f"server 127.0.0.1:{self.upstream_port} ",
-                "listen 127.0.0.1:8080;": f"listen 127.0.0.1:{self.port};",
-            },
+        upstream, listen = self.upstream_port, self.port
+        site = render(
             NGINX_EXAMPLE,
+            self.dir / "site.conf",
+            {"127.0.0.1:8000 ": f"127.0.0.1:{upstream} ", "1:8080;": f"1:{listen};"},
         )
-        (self.dir / "site.conf").write_text(site)
         paths = "\n".join(
             f"    {kind}_temp_path {temp / kind};"
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
@@ -102,7 +101,7 @@ class Nginx:
             f"daemon off;\npid {self.dir / 'nginx.pid'};\n"
             f"error_log {self.dir / 'error.log'} warn;\n"
             "worker_processes 1;\nevents { worker_connections 512; }\n"
-            f"http {{\n    access_log off;\n{paths}\n    include {self.dir / 'site.conf'};\n}}\n"
+            f"http {{\n    access_log off;\n{paths}\n    include {site};\n}}\n"
         )
         log = self.dir / "nginx.out"
         with log.open("ab") as out:
@@ -141,15 +140,11 @@ class LiteLLM:
         if not LITELLM.exists():
             raise AssertionError(f"{LITELLM} is missing: run scripts/setup-host")
         self.dir.mkdir(parents=True, exist_ok=True)
-        config = substitute(
-            LITELLM_EXAMPLE.read_text(),
-            {
-                "http://127.0.0.1:8080/v1": f"http://127.0.0.1:{self.nginx_port}/v1",
-                "hosted_vllm/Qwen3.6-35B-A3B ": f"hosted_vllm/{self.served_model} ",
-            },
+        config = render(
             LITELLM_EXAMPLE,
+            self.dir / "config.yaml",
+            {"1:8080/v1": f"1:{self.nginx_port}/v1", "/Qwen3.6-35B-A3B ": f"/{self.served_model} "},
         )
-        (self.dir / "config.yaml").write_text(config)
         env = {
             **os.environ,
             "LITELLM_MASTER_KEY": MASTER_KEY,
@@ -161,7 +156,7 @@ class LiteLLM:
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
-                    *(str(LITELLM), "--config", str(self.dir / "config.yaml")),
+                    *(str(LITELLM), "--config", str(config)),
                     *("--host", "127.0.0.1", "--port", str(self.port)),
                 ],
                 stdout=out,

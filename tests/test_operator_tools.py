@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkwarden.config import NotifyTarget
 from sparkwarden.notify import Event, Notifier, payload
+from sparkwarden.sequence import STEPS
 from tests.conftest import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
@@ -244,7 +246,8 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     total = families["sparkwarden_memory_total_bytes"][0].value
     assert abs(total - status["memory"]["total_gib"] * 2**30) < 2**20
     steps = {s.labels["step"] for s in families["sparkwarden_last_run_step_seconds"]}
-    assert len(steps) == 8
+    assert steps == set(STEPS)
+    assert math.isnan(families["sparkwarden_gateway_up"][0].value)  # no [gateway] configured
     assert families["sparkwarden_gave_up"][0].value == 0.0
     used = set(families)
     readme = (ROOT / "README.md").read_text()

@@ -97,14 +97,13 @@ class SnapshotCollector(Collector):
             "Healthy share of drafting over the baseline's, from per-position acceptance",
             known(acc.get("health")),
         )
-        gateway = s.get("gateway")
-        if gateway:
-            ok = gateway.get("ok")
-            yield gauge(
-                "sparkwarden_gateway_up",
-                "1 when the users' gateway answered its last chat request, 0 when it failed",
-                known(None if ok is None else float(ok)),
-            )
+        ok = (s.get("gateway") or {}).get("ok")
+        yield gauge(
+            "sparkwarden_gateway_up",
+            "1 when the users' gateway answered its last chat request, 0 when it failed "
+            "(NaN: no [gateway], or not checked yet)",
+            known(None if ok is None else float(ok)),
+        )
         yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget["used"])
         )

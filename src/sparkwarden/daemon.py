@@ -385,7 +385,10 @@ class Daemon:
     def _check_health(self, t: float, now: datetime) -> None:
         cfg, vllm = self.config, self.parts.vllm
         assert self.active is not None
-        self.watchdog.beat(2 * cfg.health.timeout + cfg.llm.probe_timeout + _MARGIN)
+        probes = (
+            2 if cfg.gateway is not None and cfg.gateway.watch else 1
+        )  # the engine's, the path's
+        self.watchdog.beat(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + _MARGIN)
         health: Health = vllm.health(timeout=cfg.health.timeout)
         canary: ChatOutcome | None = None
         busy = self.engine is not None and self.engine.busy

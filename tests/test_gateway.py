@@ -229,3 +229,37 @@ def test_requests_while_the_engine_is_down_fail_at_the_gateway_not_by_timeout(
     stage.client.containers.get(llm).start()
     wait_healthy(port)
     wait_for("the users' path back", lambda: stream_once_ok(gateway.url), timeout=30)
+
+
+def test_a_run_failing_only_at_the_gateway_is_not_retried_by_restarting_the_engine(
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    hook = Receiver()
+    hook_file = tmp_path / "hook-url"
+    hook_file.write_text(hook.url("/hook"))
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # a gateway that lost its listener
+    config = make_daemon_config(
+        [llm],
+        port,
+        gateway={"url": dead, "model": ALIAS, "timeout": "2s"},
+        budget={"backoff": "0s"},  # a retry, were there one, would start at once
+        notify=[{"kind": "webhook", "url_file": str(hook_file)}],
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        stage.client.containers.get(llm).kill()  # a crash: an automatic run
+        (run,) = wait_for("the crash run", lambda: finished(config), timeout=60)
+        assert run["reason"] == "crash" and run["result"] == "failed"
+        assert "the engine itself answered" in run["error"]
+        sent = wait_for("the notification", lambda: hook.got, timeout=30)
+        assert [json.loads(h["body"])["event"] for h in sent] == ["gateway_failed"]
+        written = daemon.status()["written_at"]
+        wait_for("a later status", lambda: daemon.status()["written_at"] > written, timeout=30)
+        status = daemon.status()
+        assert status["daemon"]["pending"] is None and status["llm"]["status"] == "running"
+        assert len(history(config)) == 1
+    finally:
+        daemon.stop()
+        hook.server.shutdown()

@@ -385,9 +385,8 @@ class Daemon:
     def _check_health(self, t: float, now: datetime) -> None:
         cfg, vllm = self.config, self.parts.vllm
         assert self.active is not None
-        probes = (
-            2 if cfg.gateway is not None and cfg.gateway.watch else 1
-        )  # the engine's, the path's
+        # The canary, and after it the users' path when watched.
+        probes = 2 if cfg.gateway is not None and cfg.gateway.watch else 1
         self.watchdog.beat(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + _MARGIN)
         health: Health = vllm.health(timeout=cfg.health.timeout)
         canary: ChatOutcome | None = None

@@ -94,12 +94,17 @@ class DaemonProcess:
         return self.proc.wait(timeout=timeout)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL: only ever the process this object started."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            end(self.proc)
+
+
+def end(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL: only ever a process the test started, by its own handle."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

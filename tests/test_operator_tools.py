@@ -249,6 +249,7 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     assert steps == set(STEPS)
     assert math.isnan(families["sparkwarden_gateway_up"][0].value)  # no [gateway] configured
     assert families["sparkwarden_gave_up"][0].value == 0.0
+    assert families["sparkwarden_last_finished_run_ok"][0].value == 1.0  # the crash run's ok
     used = set(families)
     readme = (ROOT / "README.md").read_text()
     for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", readme)):  # every metric README names

@@ -17,9 +17,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
+from sparkwarden.journal import RunResult
 from sparkwarden.sequence import STEPS
 
 STATES = ("starting", "idle", "draining", "restarting", "held", "gave up")
+DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
 
 
 class SnapshotCollector(Collector):
@@ -39,6 +41,13 @@ class SnapshotCollector(Collector):
         for row in s.get("run_counts", []):
             runs.add_metric([row["reason"], row["result"]], row["count"])
         yield runs
+        finished_ok = last_finished_ok(s.get("run_counts", []))
+        if finished_ok is not None:
+            yield gauge(
+                "sparkwarden_last_finished_run_ok",
+                "1 when the newest run that ran to its end succeeded, 0 when it failed",
+                finished_ok,
+            )
 
         state = GaugeMetricFamily(
             "sparkwarden_state", "1 for the daemon's current state", labels=["state"]
@@ -115,7 +124,7 @@ class SnapshotCollector(Collector):
         if last:
             yield gauge(
                 "sparkwarden_last_run_ok",
-                "1 when the last run succeeded",
+                "1 when the newest run (running or a dry run too) succeeded",
                 1.0 if last["result"] == "ok" else 0.0,
             )
             yield gauge(
@@ -138,6 +147,22 @@ class SnapshotCollector(Collector):
                 if step["name"] in STEPS and step["duration_s"] is not None:
                     steps.add_metric([step["name"]], float(step["duration_s"]))
             yield steps
+
+
+def last_finished_ok(run_counts: list[dict[str, Any]]) -> float | None:
+    """Whether the newest run that ran to its end succeeded, None before any did.
+
+    What RestartFailed alerts on: a run still running (a cold boot takes 13-16 min) or a dry run
+    decides nothing, nor does one cut short by sparkwarden's own stop (its repair run decides).
+    """
+    ended = [
+        row
+        for row in run_counts
+        if row["result"] in DECIDING and row.get("last_ended_at") is not None
+    ]
+    if not ended:
+        return None
+    return 1.0 if max(ended, key=lambda row: row["last_ended_at"])["result"] == "ok" else 0.0
 
 
 def known(value: float | None) -> float:

@@ -240,11 +240,21 @@ class Journal:
         return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
 
     def run_counts(self) -> list[dict[str, Any]]:
-        """How many runs ended how, by reason (for sparkwarden's own metrics)."""
+        """How many runs ended how, by reason, and when the newest of each ended (for
+        sparkwarden's own metrics: the counters, and which outcome came last)."""
         rows = self._db.execute(
-            "SELECT reason, result, COUNT(*) AS n FROM runs GROUP BY reason, result"
+            "SELECT reason, result, COUNT(*) AS n, MAX(ended_at) AS last_ended"
+            " FROM runs GROUP BY reason, result"
         ).fetchall()
-        return [{"reason": r["reason"], "result": r["result"], "count": r["n"]} for r in rows]
+        return [
+            {
+                "reason": r["reason"],
+                "result": r["result"],
+                "count": r["n"],
+                "last_ended_at": r["last_ended"],
+            }
+            for r in rows
+        ]
 
     def last_run_of(self, reason: str) -> RunRecord | None:
         row = self._db.execute(

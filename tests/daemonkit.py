@@ -14,7 +14,7 @@ from typing import Any
 
 from sparkwarden import config as cfg
 from sparkwarden import control
-from tests.conftest import ROOT, history, run_cli
+from tests.commands import ROOT, history, run_cli
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import docker
 
-from tests.conftest import ROOT
+from tests.commands import ROOT
 
 
 class PrivateDocker:

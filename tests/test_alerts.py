@@ -21,7 +21,7 @@ import yaml
 from sparkwarden.config import parse_duration
 from sparkwarden.exporter import last_finished_ok
 from sparkwarden.journal import Journal
-from tests.conftest import ROOT, run_cli
+from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, end, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sparkwarden import control
-from tests.conftest import run_cli, running_step, start_cli
+from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound, no_overlap
 from tests.standin.stage import Stage, wait_healthy
@@ -267,6 +267,22 @@ def test_hold_blocks_automatic_restarts(stage: Stage, start_daemon: Any) -> None
     assert '"trigger_refused"' in daemon.text()
     assert run_cli(daemon.config, "release").returncode == 0
     assert wait_for("hold released", lambda: daemon.status()["hold"] is None)
+
+
+def test_a_hold_mid_drain_ends_the_drain_and_status_says_held(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """Issue 12's bug: a hold refusing a planned restart mid-drain left the state "draining"."""
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm], port, [], watch={"max_uptime": "1s"}, drain={"quiet": "1h", "deadline": "2h"}
+    )
+    wait_for("draining", lambda: daemon.status()["daemon"]["state"] == "draining")
+    assert run_cli(daemon.config, "hold", "1h").returncode == 0
+    status = wait_for("held", lambda: (s := daemon.status())["daemon"]["state"] == "held" and s)
+    assert status["daemon"]["pending"] is None
+    assert daemon.history() == []
 
 
 def test_missed_schedule_is_made_up_at_boot_after_a_drain(stage: Stage, start_daemon: Any) -> None:

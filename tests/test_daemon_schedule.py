@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sparkwarden.config import parse
-from sparkwarden.daemon import Daemon
+from sparkwarden import decide, report
+from sparkwarden.config import Config, parse
+from sparkwarden.intents import Say
+from sparkwarden.schedule import crontab_trigger
 
 
-def daemon(tmp_path: Path) -> Daemon:
-    config = parse(
+def config(tmp_path: Path) -> Config:
+    return parse(
         {
             "llm": {"containers": ["vllm-a"], "base_url": "http://127.0.0.1:9"},
             "schedule": {"cron": "30 4 * * *", "timezone": "UTC", "missed_grace": "10m"},
@@ -18,28 +21,32 @@ def daemon(tmp_path: Path) -> Daemon:
             "control": {"socket": str(tmp_path / "s"), "group": ""},
         }
     )
-    return Daemon(config)
 
 
 def test_fires_once_when_due(tmp_path: Path) -> None:
-    d = daemon(tmp_path)
+    cfg = config(tmp_path)
+    crontab = crontab_trigger(cfg.schedule.cron, cfg.schedule.timezone)
     due = datetime(2026, 12, 1, 4, 30, tzinfo=UTC)
-    d.next_schedule = due
-    d._check_schedule(due - timedelta(seconds=1))
-    assert d.pending is None
-    d._check_schedule(due + timedelta(seconds=3))
-    assert d.pending is not None and d.pending.reason == "schedule"
-    assert d.next_schedule == due + timedelta(days=1)
-    d.pending = None
-    d._check_schedule(due + timedelta(seconds=8))
-    assert d.pending is None  # not twice
+    mind = decide.Mind(next_schedule=due)
+    mind, _ = decide.on_clock(mind, due - timedelta(seconds=1), crontab, cfg)
+    assert mind.pending is None
+    mind, _ = decide.on_clock(mind, due + timedelta(seconds=3), crontab, cfg)
+    assert mind.pending is not None and mind.pending.reason == "schedule"
+    assert mind.next_schedule == due + timedelta(days=1)
+    mind = replace(mind, pending=None)
+    mind, _ = decide.on_clock(mind, due + timedelta(seconds=8), crontab, cfg)
+    assert mind.pending is None  # not twice
 
 
 def test_too_late_is_skipped_not_run(tmp_path: Path) -> None:
-    d = daemon(tmp_path)
+    cfg = config(tmp_path)
+    crontab = crontab_trigger(cfg.schedule.cron, cfg.schedule.timezone)
     due = datetime(2026, 12, 1, 4, 30, tzinfo=UTC)
-    d.next_schedule = due
-    d._check_schedule(due + timedelta(hours=2))  # the loop was busy in a 2 h sequence
-    assert d.pending is None
-    assert d.next_schedule == due + timedelta(days=1)
-    assert d._next_restart(due)["reason"] == "schedule"  # type: ignore[index]
+    mind = decide.Mind(next_schedule=due)
+    # the loop was busy in a 2 h sequence
+    mind, said = decide.on_clock(mind, due + timedelta(hours=2), crontab, cfg)
+    assert mind.pending is None
+    assert [s.event for s in said if isinstance(s, Say)] == ["schedule_missed"]
+    assert mind.next_schedule == due + timedelta(days=1)
+    nxt = report.next_restart(mind, None, due, cfg)
+    assert nxt is not None and nxt.reason == "schedule"

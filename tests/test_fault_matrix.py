@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from sparkwarden import cli
 from sparkwarden.sequence import STEPS
-from tests.conftest import history, run_cli, running_step, socket_of, start_cli
+from tests.commands import history, run_cli, running_step, socket_of, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.privatedocker import PrivateDocker
 from tests.soundness import assert_sound

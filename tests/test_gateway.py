@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from sparkwarden.sequence import STEPS
-from tests.conftest import history, run_cli
+from tests.commands import history, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.gatewaykit import ALIAS, MASTER_KEY, Nginx, StreamingLoad, stream_once, users_path
 from tests.standin.stage import Stage, free_port, wait_healthy

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.standin.stage import Stage, wait_healthy
 

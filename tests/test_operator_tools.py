@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkwarden.config import NotifyTarget
-from sparkwarden.notify import Event, Notifier, payload
+from sparkwarden.notify import Event, Webhooks, payload
 from sparkwarden.sequence import STEPS
-from tests.conftest import ROOT, run_cli
+from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
 
@@ -144,7 +144,7 @@ def test_payload_shapes(tmp_path: Path) -> None:
 def test_dedup_and_event_filter_with_a_fake_clock(tmp_path: Path) -> None:
     now = [0.0]
     t = target(tmp_path, "http://x/h", events=["crash_recovered"], min_interval=600)
-    notifier = Notifier([t], clock=lambda: now[0])
+    notifier = Webhooks([t], clock=lambda: now[0])
     crash = Event("crash_recovered", "vllm-35b", "back", {}, 0.0)
     assert notifier.due(0, t, crash)
     now[0] = 599.0

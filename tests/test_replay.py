@@ -11,7 +11,7 @@ import pytest
 from sparkwarden import acceptance
 from sparkwarden.actions.replay import samples
 from sparkwarden.config import AcceptanceConfig
-from tests.conftest import run_cli
+from tests.commands import run_cli
 from tests.standin.stage import Stage, wait_healthy
 from tests.traces import Scenario, day, write
 

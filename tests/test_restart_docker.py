@@ -15,7 +15,7 @@ from sparkwarden import config as cfg
 from sparkwarden import sequence
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
-from tests.conftest import history, run_cli, start_cli
+from tests.commands import history, run_cli, start_cli
 from tests.soundness import assert_sound
 from tests.standin.stage import Stage, wait_healthy
 

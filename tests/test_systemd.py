@@ -24,7 +24,7 @@ import docker.errors
 import pytest
 import tomli_w
 
-from tests.conftest import ROOT
+from tests.commands import ROOT
 from tests.daemonkit import wait_for
 from tests.standin.stage import Stage, wait_healthy
 

@@ -223,7 +223,7 @@ def test_backoff_doubles_after_each_failure() -> None:
 
 def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> None:
     from sparkwarden.sequence import STEPS
-    from sparkwarden.triggers import GATEWAY_STEP, GatewayWatch, gateway_observe, retry_failed_run
+    from sparkwarden.triggers import GATEWAY_STEP, GatewayWatch, gateway_observe
 
     assert GATEWAY_STEP in STEPS
     bad = ChatOutcome(False, "HTTP 502: Bad Gateway")
@@ -235,6 +235,3 @@ def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> 
     state, why = gateway_observe(state, ChatOutcome(True, "answered 'ready'"), t=30.0)
     assert why is None and state.ok is True and state.failing_since is None
     assert gateway_observe(state, bad, t=40.0)[1] is not None  # a new episode is told again
-    assert not retry_failed_run("schedule", GATEWAY_STEP)
-    assert retry_failed_run("schedule", "chat_probe")
-    assert not retry_failed_run("manual", "chat_probe")

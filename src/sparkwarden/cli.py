@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.config = getattr(args, "config", None)
     args.log_level = getattr(args, "log_level", None)
+    if args.command == "status":
+        return _status(args)
     from sparkwarden import config as config_mod
     from sparkwarden import logs
     from sparkwarden.errors import ConfigError, SparkwardenError
@@ -139,13 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return install.install(args.root, start=not args.no_start)
             return install.uninstall(args.root, purge=args.purge)
         except SparkwardenError as exc:
-            print(f"sparkwarden: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return _refuse(exc, EXIT_FAILED)
     try:
         config = config_mod.load(args.config)
     except ConfigError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refuse(exc, EXIT_USAGE)
     try:
         if args.command == "check-config":
             from sparkwarden.actions import check_config
@@ -175,10 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import doctor as doctor_action
 
             return doctor_action.run(config, as_json=args.json)
-        if args.command == "status":
-            from sparkwarden.actions import status
-
-            return status.run(config, as_json=args.json)
         if args.command in ("hold", "release", "reset"):
             from sparkwarden.actions import admin
 
@@ -187,9 +183,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 request.update(seconds=args.duration, reason=args.reason)
             return admin.run(config, request)
     except SparkwardenError as exc:
-        print(f"sparkwarden: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return _refuse(exc, EXIT_FAILED)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _refuse(exc: Exception, code: int) -> int:
+    print(f"sparkwarden: {exc}", file=sys.stderr)
+    return code
+
+
+def _status(args: argparse.Namespace) -> int:
+    """``status`` finds the state dir and socket only: no schema, no logger (see locate.py)."""
+    from sparkwarden import locate
+    from sparkwarden.actions import status
+    from sparkwarden.errors import ConfigError, SparkwardenError
+
+    try:
+        where = locate.places(args.config)
+    except ConfigError as exc:
+        return _refuse(exc, EXIT_USAGE)
+    try:
+        return status.run(where, as_json=args.json)
+    except SparkwardenError as exc:
+        return _refuse(exc, EXIT_FAILED)
 
 
 if __name__ == "__main__":

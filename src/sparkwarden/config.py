@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,9 +23,11 @@ from pydantic import (
 )
 
 from sparkwarden.errors import ConfigError
-
-DEFAULT_PATH = Path("/etc/sparkwarden/sparkwarden.toml")
-ENV_PATH = "SPARKWARDEN_CONFIG"
+from sparkwarden.locate import DEFAULT_PATH as DEFAULT_PATH
+from sparkwarden.locate import DEFAULT_SOCKET, DEFAULT_STATE_DIR, read_toml
+from sparkwarden.locate import ENV_PATH as ENV_PATH
+from sparkwarden.locate import resolve_path as resolve_path
+from sparkwarden.notices import EVENTS, Notice
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -185,7 +186,7 @@ class MemoryConfig(_Section):
 
 
 class StateConfig(_Section):
-    dir: Path = Path("/var/lib/sparkwarden")
+    dir: Path = DEFAULT_STATE_DIR
 
 
 class DockerConfig(_Section):
@@ -283,7 +284,7 @@ class BudgetConfig(_Section):
 class ControlConfig(_Section):
     """The daemon's Unix socket: root-owned, mode 0660, this group may talk to it."""
 
-    socket: Path = Path("/run/sparkwarden/control.sock")
+    socket: Path = DEFAULT_SOCKET
     group: str | None = "sparkwarden"
 
 
@@ -293,9 +294,7 @@ class NotifyTarget(_Section):
     kind: Literal["webhook", "ntfy", "slack"] = "webhook"
     url_file: Path | None = None
     url_env: str | None = None
-    events: list[
-        Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
-    ] = ["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
+    events: list[Notice] = list(EVENTS)
     min_interval: Duration = 600.0
 
     @model_validator(mode="after")
@@ -357,28 +356,10 @@ class Config(_Section):
         return self
 
 
-def resolve_path(explicit: str | Path | None) -> Path:
-    """``--config`` wins, then ``$SPARKWARDEN_CONFIG``, then the system path."""
-    if explicit:
-        return Path(explicit)
-    from_env = os.environ.get(ENV_PATH)
-    return Path(from_env) if from_env else DEFAULT_PATH
-
-
 def load(explicit: str | Path | None = None) -> Config:
     """Read, parse and validate the config, or raise :class:`ConfigError` naming the problem."""
     path = resolve_path(explicit)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
-    return parse(data, source=str(path))
+    return parse(read_toml(path), source=str(path))
 
 
 def parse(data: dict[str, Any], source: str = "config") -> Config:

@@ -2,7 +2,9 @@
 
 Only root and members of the configured group may talk to it: the socket file is root-owned with
 mode 0660, and each peer's credentials (``SO_PEERCRED``) are checked again. Requests are size-
-limited and schema-checked; a malformed one gets an error answer, never a crash.
+limited and schema-checked (:mod:`sparkwarden.control_schema`); a malformed one gets an error
+answer, never a crash. The client half (:func:`call`, :func:`stream`) imports neither the schema
+nor the logger: ``sparkwarden status`` must start fast.
 """
 
 from __future__ import annotations
@@ -16,72 +18,19 @@ import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
-from sparkwarden import logs
 from sparkwarden.errors import SparkwardenError
 
-log = logs.get("sparkwarden.control")
-
 MAX_REQUEST = 4096
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StatusRequest(_Request):
-    cmd: Literal["status"]
-
-
-class RestartRequest(_Request):
-    cmd: Literal["restart"]
-    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")] = "manual"
-
-
-class HoldRequest(_Request):
-    cmd: Literal["hold"]
-    seconds: Annotated[float, Field(gt=0, le=30 * 86400)]
-    reason: Annotated[str, Field(max_length=200)] = ""
-
-
-class ReleaseRequest(_Request):
-    cmd: Literal["release"]
-
-
-class ResetRequest(_Request):
-    cmd: Literal["reset"]
-
-
-class FaultRequest(_Request):
-    """Test-only: honoured when the daemon runs with ``SPARKWARDEN_ENABLE_FAULTS=1``."""
-
-    cmd: Literal["fault"]
-    name: Literal["hang-loop"]
-
-
-Request = Annotated[
-    StatusRequest | RestartRequest | HoldRequest | ReleaseRequest | ResetRequest | FaultRequest,
-    Field(discriminator="cmd"),
-]
-_REQUEST = TypeAdapter(Request)
-
-
-def parse_request(payload: dict[str, Any]) -> Any:
-    """Validate a request built by the CLI, the same way the daemon does."""
-    return _REQUEST.validate_python(payload)
 
 
 class DaemonUnavailable(SparkwardenError):
     """No daemon listens on the socket: the caller acts on its own."""
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(NamedTuple):
     pid: int
     uid: int
     gid: int
@@ -125,6 +74,10 @@ Handler = Callable[[Any, Peer], Answer]
 
 class ControlServer:
     def __init__(self, path: Path, group: str | None, handler: Handler) -> None:
+        from sparkwarden import control_schema, logs  # the server's only: see the docstring
+
+        self._schema = control_schema
+        self.log = logs.get("sparkwarden.control")
         self.path = path
         self.group = group
         self._handler = handler
@@ -146,7 +99,7 @@ class ControlServer:
             os.chown(self.path, os.geteuid(), gid)
             os.chmod(self.path, 0o660)
         elif self.group:
-            log.warning("control_group_missing", group=self.group, mode="0600 (root only)")
+            self.log.warning("control_group_missing", group=self.group, mode="0600 (root only)")
         sock.listen(16)
         sock.settimeout(0.5)
         self._sock = sock
@@ -169,7 +122,7 @@ class ControlServer:
             try:
                 peer = peer_of(conn)
                 if not allowed(peer, self.group):
-                    log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
+                    self.log.warning("control_refused", uid=peer.uid, gid=peer.gid, pid=peer.pid)
                     _send(
                         conn,
                         {
@@ -181,7 +134,7 @@ class ControlServer:
                     return
                 answer = self._answer(_receive(conn), peer)
             except (OSError, TimeoutError) as exc:
-                log.warning("control_io_error", error=str(exc))
+                self.log.warning("control_io_error", error=str(exc))
                 return
             with contextlib.suppress(OSError):
                 if isinstance(answer, dict):
@@ -195,13 +148,9 @@ class ControlServer:
         if raw is None:
             return {"ok": False, "error": f"request larger than {MAX_REQUEST} bytes"}
         try:
-            request = _REQUEST.validate_json(raw)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            return {"ok": False, "error": f"malformed request: {problems}"}
+            request = self._schema.parse_wire(raw)
+        except self._schema.MalformedRequest as exc:
+            return {"ok": False, "error": str(exc)}
         try:
             return self._handler(request, peer)
         except SparkwardenError as exc:

@@ -18,30 +18,29 @@ from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
 from sparkwarden.journal import RunResult
+from sparkwarden.report import STATES, Snapshot
 from sparkwarden.sequence import STEPS
 
-STATES = ("starting", "idle", "draining", "restarting", "held", "gave up")
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
 
 
 class SnapshotCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot | None]) -> None:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Any]:
         s = self._snapshot()
-        if not s:
+        if s is None:
             return
-        daemon, llm, mem = s["daemon"], s["llm"], s["memory"]
-        acc, budget = s["acceptance"], s["budget"]
+        daemon, llm, mem, acc, budget = s.daemon, s.llm, s.memory, s.acceptance, s.budget
 
         runs = CounterMetricFamily(
             "sparkwarden_runs", "Restart runs by reason and result", labels=["reason", "result"]
         )
-        for row in s.get("run_counts", []):
+        for row in s.run_counts:
             runs.add_metric([row["reason"], row["result"]], row["count"])
         yield runs
-        finished_ok = last_finished_ok(s.get("run_counts", []))
+        finished_ok = last_finished_ok(s.run_counts)
         if finished_ok is not None:
             yield gauge(
                 "sparkwarden_last_finished_run_ok",
@@ -52,61 +51,59 @@ class SnapshotCollector(Collector):
         state = GaugeMetricFamily(
             "sparkwarden_state", "1 for the daemon's current state", labels=["state"]
         )
-        current = daemon["state"].split(":")[0]
+        current = daemon.state.split(":")[0]
         for name in STATES:
             state.add_metric([name], 1.0 if current == name else 0.0)
         yield state
         yield gauge(
             "sparkwarden_gave_up",
             "1 when the budget is spent and nothing is done",
-            1.0 if s.get("gave_up") else 0.0,
+            1.0 if s.gave_up else 0.0,
         )
         yield gauge(
             "sparkwarden_held",
             "1 while an operator's hold is in force",
-            1.0 if s.get("hold") else 0.0,
+            1.0 if s.hold else 0.0,
         )
 
         up = GaugeMetricFamily(
             "sparkwarden_llm_up", "1 when the active LLM container runs", labels=["container"]
         )
-        up.add_metric([llm.get("container") or ""], 1.0 if llm.get("status") == "running" else 0)
+        up.add_metric([llm.container or ""], 1.0 if llm.status == "running" else 0)
         yield up
         yield gauge(
             "sparkwarden_llm_uptime_seconds",
             "Uptime of the active LLM container",
-            known(llm.get("uptime_s")),
+            known(llm.uptime_s),
         )
         yield gauge(
             "sparkwarden_memory_available_bytes",
             "MemAvailable of the host",
-            mem["available_gib"] * GIB,
+            mem.available_gib * GIB,
         )
-        yield gauge(
-            "sparkwarden_memory_total_bytes", "MemTotal of the host", mem["total_gib"] * GIB
-        )
+        yield gauge("sparkwarden_memory_total_bytes", "MemTotal of the host", mem.total_gib * GIB)
         yield gauge(
             "sparkwarden_memory_below_floor",
             "1 while MemAvailable is under the floor",
-            1.0 if mem.get("below_floor") else 0.0,
+            1.0 if mem.below_floor else 0.0,
         )
         # Always present (NaN while unknown), so alert rules and dashboards find them.
         yield gauge(
             "sparkwarden_acceptance_ratio",
             "Draft acceptance in the last window",
-            known(acc.get("current")),
+            known(acc.current),
         )
         yield gauge(
             "sparkwarden_acceptance_baseline_ratio",
             "Draft acceptance learnt after the last restart",
-            known(acc.get("baseline")),
+            known(acc.baseline),
         )
         yield gauge(
             "sparkwarden_drafting_health_ratio",
             "Healthy share of drafting over the baseline's, from per-position acceptance",
-            known(acc.get("health")),
+            known(acc.health),
         )
-        ok = (s.get("gateway") or {}).get("ok")
+        ok = s.gateway.ok if s.gateway else None
         yield gauge(
             "sparkwarden_gateway_up",
             "1 when the users' gateway answered its last chat request, 0 when it failed "
@@ -114,13 +111,13 @@ class SnapshotCollector(Collector):
             known(None if ok is None else float(ok)),
         )
         yield gauge(
-            "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget["used"])
+            "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)
         )
         yield gauge(
-            "sparkwarden_budget_limit", "Automatic runs allowed per window", float(budget["limit"])
+            "sparkwarden_budget_limit", "Automatic runs allowed per window", float(budget.limit)
         )
 
-        last = s.get("last_run")
+        last = s.last_run
         if last:
             yield gauge(
                 "sparkwarden_last_run_ok",
@@ -173,7 +170,7 @@ def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
 
 
-def serve(listen: str, snapshot: Callable[[], dict[str, Any]]) -> Any:
+def serve(listen: str, snapshot: Callable[[], Snapshot | None]) -> Any:
     """Serve /metrics on a loopback address; returns the server (for shutdown)."""
     host, _, port = listen.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)

@@ -14,28 +14,20 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import httpx
 
 from sparkwarden import logs
 from sparkwarden.config import NotifyTarget
+from sparkwarden.notices import TITLES, Notice
 
 log = logs.get("sparkwarden.notify")
-
-EVENTS: Final = ("run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed")
-TITLES: Final = {
-    "run_failed": "sparkwarden: restart failed",
-    "gave_up": "sparkwarden: gave up, an operator is needed",
-    "crash_recovered": "sparkwarden: crashed LLM recovered",
-    "memory_floor": "sparkwarden: memory below the floor",
-    "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
-}
 
 
 @dataclass(frozen=True)
 class Event:
-    kind: str
+    kind: Notice
     subject: str
     summary: str
     detail: dict[str, Any]
@@ -65,7 +57,9 @@ def payload(target: NotifyTarget, event: Event, host: str) -> dict[str, Any]:
     }
 
 
-class Notifier:
+class Webhooks:
+    """Notifications to the configured webhooks, from a thread of their own."""
+
     def __init__(self, targets: list[NotifyTarget], clock: Any = time.monotonic) -> None:
         self.targets = targets
         self._clock = clock
@@ -79,7 +73,7 @@ class Notifier:
             self._thread = threading.Thread(target=self._run, name="notify", daemon=True)
             self._thread.start()
 
-    def emit(self, kind: str, subject: str, summary: str, **detail: Any) -> None:
+    def emit(self, kind: Notice, subject: str, summary: str, **detail: Any) -> None:
         """Queue an event; never blocks (a full queue drops it, with a log line)."""
         if not self.targets:
             return

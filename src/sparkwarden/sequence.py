@@ -284,9 +284,9 @@ class _Run:
                 {"adopted": self.paused},
                 skipped=True,
             )
-        states = {name: docker.inspect(name).status for name in voice.containers}
-        to_quiet = [name for name, status in states.items() if status == "running"]
-        left_alone = {name: status for name, status in states.items() if status != "running"}
+        to_quiet, left_alone = voice_to_quiet(
+            {name: docker.inspect(name).status for name in voice.containers}
+        )
         # Written before acting: a crash between here and resume_voice leaves the list to repair.
         self.parts.journal.remember(self.id, voice_paused=to_quiet, voice_mode=voice.mode)
         for name in to_quiet:
@@ -567,6 +567,15 @@ def in_flight_note(running: int, shutdown_grace: float | None) -> str:
     )
 
 
+def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The voice containers to quiet (the running ones) and those left as they were, by status.
+
+    The one rule for the sequence, its dry-run plan and the memory floor's ``pause_voice``.
+    """
+    to_quiet = [name for name, status in states.items() if status == "running"]
+    return to_quiet, {name: status for name, status in states.items() if status != "running"}
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(names) if names else "none"
 
@@ -580,14 +589,14 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
     docker, llm, voice, mem = parts.docker, config.llm, config.voice, config.memory
     states = [docker.inspect(name) for name in llm.containers]
     active = choose_active(states, parts.journal.last_container())
-    voice_states = {name: docker.inspect(name).status for name in voice.containers}
-    to_quiet = [n for n, s in voice_states.items() if s == "running"]
-    left_alone = [f"{n} ({s})" for n, s in voice_states.items() if s != "running"]
+    to_quiet, left_alone = voice_to_quiet(
+        {name: docker.inspect(name).status for name in voice.containers}
+    )
     memory = parts.host.memory()
     verb = "pause" if voice.mode == "pause" else "stop"
     quiet = f"{verb} {_names(to_quiet)}"
     if left_alone:
-        quiet += "; leave as they are: " + ", ".join(left_alone)
+        quiet += "; leave as they are: " + ", ".join(f"{n} ({s})" for n, s in left_alone.items())
     grace = doctor.shutdown_timeout(docker.attrs(active.name)) if active.up else None
     stop = (
         f"docker stop {active.name} with a {stop_timeout(llm.stop_timeout, grace):g}s timeout"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ EXIT_NO_DAEMON = 3
 
 def write_atomic(path: Path, snapshot: dict[str, Any]) -> None:
     """Write-then-rename: a reader never sees half a file, a crash never leaves one."""
+    import tempfile  # the daemon's only: ``status`` reads, and must start fast
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:

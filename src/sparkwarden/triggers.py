@@ -7,31 +7,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
 from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.containers import ContainerState
 from sparkwarden.metrics import EngineMetrics
 
-REASONS: Final = (
-    "schedule",
-    "uptime",
-    "acceptance",
-    "crash",
-    "unhealthy",
-    "memory",
-    "manual",
-    "repair",
-)
-#: Reasons that are planned: the engine is drained of requests first.
-PLANNED: Final = frozenset({"schedule", "uptime", "acceptance"})
-#: Reasons that spend the restart budget (an operator's ``manual`` never does).
-AUTOMATIC: Final = frozenset(REASONS) - {"manual"}
-
 Reason = Literal[
     "schedule", "uptime", "acceptance", "crash", "unhealthy", "memory", "manual", "repair"
 ]
+REASONS: Final[tuple[Reason, ...]] = get_args(Reason)
+#: Reasons that are planned: the engine is drained of requests first.
+PLANNED: Final[frozenset[Reason]] = frozenset({"schedule", "uptime", "acceptance"})
+#: Reasons that spend the restart budget (an operator's ``manual`` never does).
+AUTOMATIC: Final[frozenset[Reason]] = frozenset(REASONS) - {"manual"}
+
+
+def automatic(reason: str) -> Reason | None:
+    """The reason, typed, when it is one that spends the budget (and is retried after failing)."""
+    return next((r for r in AUTOMATIC if r == reason), None)
 
 
 # --- uptime --------------------------------------------------------------------------------------
@@ -187,11 +182,6 @@ def gateway_observe(
         return replace(state, last=f"FAILED {outcome.detail}"), None
     why = f"the engine answers but the users' gateway does not: {outcome.detail}"
     return GatewayWatch(False, f"FAILED {outcome.detail}", t), why
-
-
-def retry_failed_run(reason: str, failed_step: str | None) -> bool:
-    """An automatic run that failed is tried again, unless only the gateway failed after it."""
-    return reason in AUTOMATIC and failed_step != GATEWAY_STEP
 
 
 # --- drain ---------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ def run(config: Config, request: dict[str, Any]) -> int:
     try:
         answer = control.call(config.control.socket, request)
     except control.DaemonUnavailable:
-        from sparkwarden.daemon import apply_admin
+        from sparkwarden.control_schema import parse_request
+        from sparkwarden.handlers import apply_admin
         from sparkwarden.journal import Journal
 
         journal = Journal(config.state.dir)
         try:
-            parsed = control.parse_request(request)
+            parsed = parse_request(request)
             answer = apply_admin(journal, parsed)
         finally:
             journal.close()

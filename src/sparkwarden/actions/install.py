@@ -14,8 +14,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from sparkwarden.config import DEFAULT_PATH
 from sparkwarden.errors import SparkwardenError
+from sparkwarden.locate import DEFAULT_PATH
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")

@@ -1,4 +1,8 @@
-"""``sparkwarden status``: from the daemon if it runs, else from the file it left."""
+"""``sparkwarden status``: from the daemon if it runs, else from the file it left.
+
+It renders the snapshot the daemon published and needs only the state dir and the socket
+(:mod:`sparkwarden.locate`): no config schema, no logger, so it answers quickly over SSH.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +11,25 @@ from typing import Any
 
 from sparkwarden import control
 from sparkwarden import status as status_mod
-from sparkwarden.config import Config
+from sparkwarden.locate import Places
 
 
-def gather(config: Config) -> dict[str, Any]:
+def gather(where: Places) -> dict[str, Any]:
     try:
-        answer = control.call(config.control.socket, {"cmd": "status"}, timeout=5.0)
+        answer = control.call(where.socket, {"cmd": "status"}, timeout=5.0)
         if answer.get("ok"):
             snapshot: dict[str, Any] = answer["status"]
             return snapshot
     except control.DaemonUnavailable:
         pass
-    return _offline(config)
+    return _offline(where)
 
 
-def _offline(config: Config) -> dict[str, Any]:
+def _offline(where: Places) -> dict[str, Any]:
     """The last snapshot the daemon wrote, marked not running, with live memory."""
     from sparkwarden.adapters.host import Host
 
-    snapshot = status_mod.read(config.state.dir / status_mod.STATUS_FILE) or {}
+    snapshot = status_mod.read(where.state_dir / status_mod.STATUS_FILE) or {}
     snapshot.setdefault("daemon", {})
     snapshot["daemon"].update({"running": False, "pid": None, "state": "not running"})
     memory = Host().memory()
@@ -41,7 +45,7 @@ def _offline(config: Config) -> dict[str, Any]:
     return snapshot
 
 
-def run(config: Config, as_json: bool) -> int:
-    snapshot = gather(config)
+def run(where: Places, as_json: bool) -> int:
+    snapshot = gather(where)
     print(json.dumps(snapshot, indent=2) if as_json else status_mod.format_text(snapshot))
     return status_mod.exit_code(snapshot)

@@ -16,7 +16,7 @@ import time
 import sdnotify
 
 
-class Notifier:
+class SdNotify:
     """``READY=1``, ``STATUS=``, ``STOPPING=1``; silent without ``NOTIFY_SOCKET``."""
 
     def __init__(self) -> None:
@@ -48,7 +48,7 @@ class Notifier:
 class Watchdog:
     """Pings every half of ``WATCHDOG_USEC`` while the loop's lease is current."""
 
-    def __init__(self, notifier: Notifier) -> None:
+    def __init__(self, notifier: SdNotify) -> None:
         self._notifier = notifier
         usec = os.environ.get("WATCHDOG_USEC")
         watchdog_pid = os.environ.get("WATCHDOG_PID")

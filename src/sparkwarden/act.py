@@ -1,0 +1,158 @@
+"""The hands: carry out what the decider asked, and hand a run's result back as a value.
+
+Only the main thread calls in here, so a sequence can never overlap another. The sequence runs
+under the run lock (shared with a ``sparkwarden restart`` run by hand); its steps are streamed to
+an operator's waiting request and published to status as they go.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+from sparkwarden import intents as do
+from sparkwarden import logs, sequence
+from sparkwarden.adapters.systemd import SdNotify
+from sparkwarden.config import Config
+from sparkwarden.errors import LockBusy, SparkwardenError
+from sparkwarden.facts import Kept
+from sparkwarden.handlers import ManualCall
+from sparkwarden.lock import RunLock
+from sparkwarden.notify import Webhooks
+from sparkwarden.sequence import STEPS, Parts, Resume, StepEvent, voice_to_quiet
+
+log = logs.get("sparkwarden.daemon")
+
+
+class Hands:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        webhooks: Webhooks,
+        sd: SdNotify,
+        publish: Callable[[], object],
+    ) -> None:
+        self.config = config
+        self.parts = parts
+        self.kept = Kept(parts.journal)
+        self.webhooks = webhooks
+        self.sd = sd
+        self.publish = publish
+        self.run_lock = RunLock(config.state.dir)
+        #: What a running sequence is doing ("" before its first step); None when none runs.
+        self.step: str | None = None
+
+    def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
+        """Do each intent in order; returns a run's result, and whether the journal's facts
+        changed (the caller reads them again)."""
+        ended, wrote = None, False
+        for intent in intents:
+            match intent:
+                case do.Say(level, event, fields):
+                    getattr(log, level)(event, **fields)
+                case do.Notify(kind, subject, summary, detail):
+                    self.webhooks.emit(kind, subject, summary, **detail)
+                case do.EventsSeen(until):
+                    self.kept.see_events(until)
+                case do.GiveUp(gave_up):
+                    self.kept.give_up(gave_up)
+                    wrote = True
+                case do.ExpireHold():
+                    self.kept.release()
+                    wrote = True
+                case do.ClearGaveUp(t):
+                    self.kept.reset(t)
+                    wrote = True
+                case do.QuietVoiceForMemory():
+                    self._quiet_voice_for_memory()
+                case do.ResumeVoiceAfterMemory():
+                    self._resume_voice_after_memory()
+                case do.Restart(reason, why):
+                    ended = self.sequence(reason, why)
+        return ended, wrote
+
+    def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> do.RunEnded | None:
+        """The restart sequence under the run lock; None when the lock is someone else's."""
+        try:
+            self.run_lock.acquire(reason)
+        except LockBusy as exc:
+            log.warning("sequence_refused", reason=reason, error=str(exc))
+            return None
+        self.step = ""
+        log.info("sequence_begins", reason=reason, why=why)
+
+        def observe(event: StepEvent) -> None:
+            self.step = f"step {event.index} of {len(STEPS)}: {event.name}"
+            if event.phase == "begin" and event.index == 1:
+                self.run_lock.set_run(event.run_id, reason)
+                if call is not None:
+                    call.begin(event.run_id)
+            if call is not None and (event.phase == "end" or event.summary):
+                call.events.put({"event": "step", **asdict(event)})
+            self.publish()
+
+        outcome = None
+        try:
+            outcome = sequence.restart(self.config, reason, self.parts, observer=observe)
+        finally:
+            self.run_lock.release()
+            self.step = None
+            if call is not None:
+                call.done(outcome)
+        assert outcome is not None  # sequence.restart records its own failures; it returns
+        return do.RunEnded(reason, why, outcome, time.time())
+
+    def repair(self) -> float | None:
+        """Finish what a crash of sparkwarden left: voice resumed, the LLM serving. Returns
+        when the last repair ended, if one ran."""
+        ended = None
+        for run in self.parts.journal.unfinished():
+            holder = self.run_lock.held_by_other()
+            if holder:
+                log.info("repair_skipped_running_elsewhere", run=run.id, holder=holder)
+                continue
+            self.run_lock.acquire("repair")
+            try:
+                note = f"sparkwarden (pid {run.pid}) stopped during this run"
+                self.parts.journal.mark_interrupted(run.id, note)
+                log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
+                if run.container is None:
+                    continue  # cut short in detect: nothing had been touched
+                self.step = ""
+                cfg = self.config
+                budget_s = cfg.llm.health_timeout + cfg.llm.probe_timeout + 300
+                self.sd.send(f"EXTEND_TIMEOUT_USEC={int(budget_s * 1e6)}")
+                resume = Resume(run.container, list(run.plan.get("voice_paused", [])))
+                outcome = sequence.restart(cfg, "repair", self.parts, resume=resume)
+                log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
+            finally:
+                self.run_lock.release()
+                self.step = None
+                ended = time.time()
+        return ended
+
+    def _quiet_voice_for_memory(self) -> None:
+        """Pause the running voice containers, each noted in the journal before it is paused."""
+        docker, paused = self.parts.docker, self.kept.memory_paused()
+        for name in self.config.voice.containers:
+            try:
+                to_quiet, _ = voice_to_quiet({name: docker.inspect(name).status})
+                if to_quiet:
+                    self.kept.put_memory_paused([*paused, name])  # before acting
+                    docker.pause(name)
+                    paused.append(name)
+                    log.warning("voice_paused_for_memory", container=name)
+            except SparkwardenError as exc:
+                log.error("voice_pause_failed", container=name, error=str(exc))
+
+    def _resume_voice_after_memory(self) -> None:
+        for name in self.kept.memory_paused():
+            try:
+                if self.parts.docker.inspect(name).status == "paused":
+                    self.parts.docker.unpause(name)
+                    log.info("voice_resumed_after_memory", container=name)
+            except SparkwardenError as exc:
+                log.error("voice_resume_failed", container=name, error=str(exc))
+        self.kept.clear_memory_paused()

@@ -1,0 +1,74 @@
+"""The requests the control socket accepts: what an operator may ask the daemon, schema-checked.
+
+The CLI builds them, the daemon's :mod:`sparkwarden.handlers` answers them; both parse through
+here, so a request the CLI sends is checked the same way the daemon checks it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from sparkwarden.errors import SparkwardenError
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StatusRequest(_Request):
+    cmd: Literal["status"]
+
+
+class RestartRequest(_Request):
+    cmd: Literal["restart"]
+    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[\w.:-]+$")] = "manual"
+
+
+class HoldRequest(_Request):
+    cmd: Literal["hold"]
+    seconds: Annotated[float, Field(gt=0, le=30 * 86400)]
+    reason: Annotated[str, Field(max_length=200)] = ""
+
+
+class ReleaseRequest(_Request):
+    cmd: Literal["release"]
+
+
+class ResetRequest(_Request):
+    cmd: Literal["reset"]
+
+
+class FaultRequest(_Request):
+    """Test-only: honoured when the daemon runs with ``SPARKWARDEN_ENABLE_FAULTS=1``."""
+
+    cmd: Literal["fault"]
+    name: Literal["hang-loop"]
+
+
+Request = Annotated[
+    StatusRequest | RestartRequest | HoldRequest | ReleaseRequest | ResetRequest | FaultRequest,
+    Field(discriminator="cmd"),
+]
+_REQUEST = TypeAdapter(Request)
+
+
+def parse_request(payload: dict[str, Any]) -> Any:
+    """Validate a request built by the CLI, the same way the daemon does."""
+    return _REQUEST.validate_python(payload)
+
+
+class MalformedRequest(SparkwardenError):
+    """A request that does not match the schema; the message names each problem."""
+
+
+def parse_wire(raw: bytes) -> Any:
+    """A request line off the socket, validated, or :class:`MalformedRequest`."""
+    try:
+        return _REQUEST.validate_json(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()
+        )
+        raise MalformedRequest(f"malformed request: {problems}") from None

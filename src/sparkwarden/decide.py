@@ -1,0 +1,390 @@
+"""What the daemon does next: pure functions of what it believes, what it sees, the journal's facts
+and a clock.
+
+No I/O here. Each function takes a :class:`Mind` and returns the next one with the intents
+(:mod:`sparkwarden.intents`) the hands carry out (:mod:`sparkwarden.act`); a run's result comes
+back in through :func:`after_run`.
+A trigger becomes a :class:`Pending` restart, which :func:`gate` lets through past the hold, a
+"gave up", a container stopped by hand, the freshness of the engine, the budget and its backoff,
+and (for a planned reason) a drain of the requests in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from apscheduler.triggers.base import BaseTrigger
+
+from sparkwarden import acceptance, triggers
+from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState
+from sparkwarden.facts import GaveUp
+from sparkwarden.intents import (
+    ClearGaveUp,
+    EventsSeen,
+    ExpireHold,
+    GiveUp,
+    Intent,
+    Notify,
+    QuietVoiceForMemory,
+    Restart,
+    ResumeVoiceAfterMemory,
+    RunEnded,
+    Say,
+)
+from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
+from sparkwarden.schedule import missed_run_due, next_fire
+from sparkwarden.status import local_time
+from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState, Reason, automatic
+
+# --- what the daemon believes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A restart some trigger asked for, waiting on hold, budget, backoff or drain."""
+
+    reason: Reason
+    why: str
+    since: float
+    drain: triggers.DrainState | None = None  # set while a planned restart drains
+
+
+@dataclass(frozen=True)
+class Mind:
+    """What the daemon believes between inputs: all the state its decisions carry forward."""
+
+    pending: Pending | None = None
+    operator_stopped: str | None = None  # the container ``docker stop`` took down by hand
+    exits: Mapping[str, ExitWatch] = field(default_factory=dict)
+    health: HealthState = field(default_factory=HealthState)
+    memory: triggers.MemoryState = field(default_factory=triggers.MemoryState)
+    acc: acceptance.AcceptanceState = field(default_factory=acceptance.AcceptanceState)
+    gateway: triggers.GatewayWatch = field(default_factory=triggers.GatewayWatch)
+    last_run_end: float = 0.0  # Docker events before this were our own stop and start
+    next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
+
+
+Decision = tuple[Mind, list[Intent]]
+
+
+# --- triggers ----------------------------------------------------------------------------------
+
+
+def want(mind: Mind, reason: Reason, why: str, t: float) -> Decision:
+    """Note a trigger; an urgent one replaces a planned one still waiting."""
+    pending = mind.pending
+    if pending is not None and (reason in PLANNED or pending.reason not in PLANNED):
+        return mind, []
+    return replace(mind, pending=Pending(reason, why, t)), [
+        Say("info", "trigger", {"reason": reason, "why": why})
+    ]
+
+
+def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
+    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash."""
+    event = seen.event
+    intents: list[Intent] = [EventsSeen(event.t)]
+    if event.t <= mind.last_run_end:
+        return mind, intents  # our own stop and start
+    watch = mind.exits.get(event.name, ExitWatch()).on_event(event.action, event.signal, event.t)
+    mind = replace(mind, exits={**mind.exits, event.name: watch})
+    intents.append(
+        Say(
+            "info",
+            "container_event",
+            {
+                "container": event.name,
+                "action": event.action,
+                "exit_code": event.exit_code,
+                "signal": event.signal,
+            },
+        )
+    )
+    if event.action == "start":
+        back = mind.operator_stopped == event.name
+        mind = replace(
+            mind, health=HealthState(), operator_stopped=None if back else mind.operator_stopped
+        )
+    if event.action != "die":
+        return mind, intents
+    if watch.classify_die(event.t, cfg.llm.stop_timeout + 15) == "operator-stop":
+        said = {"container": event.name, "exit_code": event.exit_code}
+        return replace(mind, operator_stopped=event.name), [
+            *intents,
+            Say("warning", "operator_stopped", said),
+        ]
+    if seen.now is None:
+        return mind, [
+            *intents,
+            Say("error", "inspect_failed", {"container": event.name, "error": seen.error}),
+        ]
+    if seen.now.up:  # a restart policy or an operator brought it back already
+        said = {"container": event.name, "status": seen.now.status}
+        return mind, [*intents, Say("warning", "died_but_up_again", said)]
+    mind, more = want(mind, "crash", f"{event.name} died with exit code {event.exit_code}", event.t)
+    return mind, intents + more
+
+
+def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """One look at the box: the memory floor, uptime, acceptance and health."""
+    t = seen.t
+    intents: list[Intent] = []
+    memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
+    mind = replace(mind, memory=memory)
+    if alert == "alert":
+        mind, intents = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+    elif alert == "recovered":
+        available = round(seen.memory.available_gib, 1)
+        intents = [
+            Say("info", "memory_recovered", {"available_gib": available}),
+            ResumeVoiceAfterMemory(),
+        ]
+    now = datetime.fromtimestamp(t, UTC)
+    if why := triggers.uptime_due(seen.active if seen.running else None, now, cfg.watch.max_uptime):
+        mind, more = want(mind, "uptime", why, t)
+        intents += more
+    if seen.scrape is not None:
+        mind, more = on_scrape(mind, seen.scrape, t, cfg)
+        intents += more
+    if seen.check is not None and seen.active is not None:
+        health, why = triggers.health_observe(
+            mind.health,
+            t=t,
+            uptime_s=seen.active.uptime_s(now),
+            boot_grace=cfg.watch.boot_grace,
+            health=seen.check.health,
+            canary=seen.check.canary,
+            metrics=seen.check.engine,
+            cfg=cfg.health,
+        )
+        mind = replace(mind, health=health)
+        if why:
+            mind, more = want(mind, "unhealthy", why, t)
+            intents += more
+    if seen.check is not None and seen.check.gateway is not None and cfg.gateway is not None:
+        gateway, why = triggers.gateway_observe(mind.gateway, seen.check.gateway, t)
+        mind = replace(mind, gateway=gateway)
+        if why:  # reported, never a restart: a new engine would not fix a gateway
+            intents += [
+                Say("warning", "gateway_failed", {"url": cfg.gateway.url, "why": why}),
+                Notify("gateway_failed", "gateway", f"{cfg.gateway.url}: {why}"),
+            ]
+    return mind, intents
+
+
+def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decision:
+    mem = cfg.memory
+    intents: list[Intent] = [
+        Say(
+            "warning",
+            "memory_floor",
+            {
+                "available_gib": round(available, 1),
+                "floor_gib": mem.floor_gib,
+                "action": mem.floor_action,
+            },
+        ),
+        Notify(
+            "memory_floor",
+            "host",
+            f"MemAvailable {available:.1f} GiB, under the floor of {mem.floor_gib:g} GiB for "
+            f"{mem.floor_for:g}s; action: {mem.floor_action}",
+        ),
+    ]
+    if mem.floor_action == "restart":
+        why = f"MemAvailable {available:.1f} GiB below the floor of {mem.floor_gib:g} GiB"
+        mind, more = want(mind, "memory", why, t)
+        return mind, intents + more
+    if mem.floor_action == "pause_voice":
+        intents.append(QuietVoiceForMemory())
+    return mind, intents
+
+
+def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
+    """A /metrics read: one more look for the acceptance trigger."""
+    if not cfg.acceptance.enabled:
+        return mind, []
+    acc, fire = acceptance.observe(mind.acc, scrape.engine, t, cfg.acceptance)
+    intents: list[Intent] = []
+    if mind.acc.available and not acc.available:
+        why = scrape.note if scrape.engine is None else "no spec-decode series"
+        intents.append(Say("warning", "acceptance_trigger_off", {"why": why}))
+    mind = replace(mind, acc=acc)
+    if fire:
+        mind, more = want(mind, "acceptance", fire.why, t)
+        intents += more
+    return mind, intents
+
+
+def on_clock(mind: Mind, now: datetime, crontab: BaseTrigger | None, cfg: Config) -> Decision:
+    """Fire the nightly restart when its time has come; late by more than the grace (the loop
+    was busy in a long sequence), it is skipped rather than run at a surprising hour."""
+    due = mind.next_schedule
+    if crontab is None or due is None or now < due:
+        return mind, []
+    late = (now - due).total_seconds()
+    mind = replace(mind, next_schedule=next_fire(crontab, max(now, due) + timedelta(seconds=1)))
+    if late <= max(cfg.schedule.missed_grace, 2 * cfg.watch.interval):
+        return want(mind, "schedule", f"nightly schedule, due {due.isoformat()}", now.timestamp())
+    said = {"due": due.isoformat(), "late_s": round(late)}
+    return mind, [Say("warning", "schedule_missed", said)]
+
+
+def catch_up(
+    mind: Mind,
+    now: datetime,
+    crontab: BaseTrigger | None,
+    last_scheduled_run: datetime | None,
+    cfg: Config,
+) -> Decision:
+    """At start-up: the next fire time, and a run to make up if one was missed within grace."""
+    if crontab is None:
+        return mind, []
+    mind = replace(mind, next_schedule=next_fire(crontab, now))
+    grace = timedelta(seconds=cfg.schedule.missed_grace)
+    missed = missed_run_due(crontab, now, grace, last_scheduled_run)
+    if missed is None:
+        return mind, []
+    return want(mind, "schedule", f"making up the run due at {missed.isoformat()}", now.timestamp())
+
+
+# --- the gates ---------------------------------------------------------------------------------
+
+
+def budget(facts: Recorded, t: float, cfg: Config) -> triggers.Budget:
+    return triggers.budget(list(facts.runs), t, facts.reset_at, cfg.budget)
+
+
+def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
+    """Why a nightly restart is pointless now: the engine was (re)started minutes ago."""
+    least = cfg.schedule.min_uptime
+    uptime = active.uptime_s(datetime.fromtimestamp(t, UTC)) if active else None
+    if active is None or uptime is None or uptime >= least:
+        return None
+    return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
+
+
+Verdict = Literal["none", "dropped", "wait", "go"]
+
+
+def _admit(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
+) -> tuple[Mind, list[Intent], Verdict]:
+    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget."""
+    pending = mind.pending
+    if pending is None:
+        return mind, [], "none"
+    intents: list[Intent] = []
+    hold = facts.hold
+    if hold is not None and hold.over(t):
+        intents += [ExpireHold(), Say("info", "hold_expired")]
+        hold = None
+    refuse = None
+    if hold is not None:
+        refuse = f"held until {local_time(hold.to_json()['until'])}: {hold.reason}"
+    elif facts.gave_up:
+        refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
+    elif mind.operator_stopped:
+        refuse = f"{mind.operator_stopped} was stopped by hand"
+    dropped = replace(mind, pending=None)
+    if pending.reason == "schedule" and (why := fresh(active, t, cfg)):
+        return dropped, [*intents, Say("info", "schedule_skipped", {"why": why})], "dropped"
+    if refuse:
+        said = {"reason": pending.reason, "why": pending.why, "refused": refuse}
+        return dropped, [*intents, Say("warning", "trigger_refused", said)], "dropped"
+    verdict = budget(facts, t, cfg)
+    if verdict.allowed:
+        return mind, intents, "go"
+    if verdict.not_before is not None:
+        return mind, intents, "wait"  # backing off: keep it pending
+    why = f"restart budget spent: {verdict.why}; last trigger {pending.reason}: {pending.why}"
+    gave_up = GaveUp(pending.reason, why, datetime.fromtimestamp(t, UTC).isoformat())
+    subject = active.name if active else "llm"
+    intents += [
+        GiveUp(gave_up),
+        Say("error", "gave_up", {"reason": pending.reason, "why": why}),
+        Notify("gave_up", subject, why),
+    ]
+    return dropped, intents, "dropped"
+
+
+def wants_drain_sample(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
+) -> bool:
+    """A planned restart past every other gate waits on the requests in flight: read them."""
+    pending = mind.pending
+    if pending is None or pending.reason not in PLANNED or active is None:
+        return False
+    return _admit(mind, facts, active, t, cfg)[2] == "go"
+
+
+def gate(
+    mind: Mind,
+    facts: Recorded,
+    active: ContainerState | None,
+    sample: Scrape | None,
+    t: float,
+    cfg: Config,
+) -> Decision:
+    """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
+    mind, intents, verdict = _admit(mind, facts, active, t, cfg)
+    if verdict != "go":
+        return mind, intents
+    pending = mind.pending
+    assert pending is not None
+    if pending.reason in PLANNED:
+        drain = pending.drain
+        if drain is None:
+            drain = triggers.DrainState(started=t)
+            intents.append(Say("info", "draining", {"reason": pending.reason}))
+        if sample is not None:
+            mind, more = on_scrape(mind, sample, t, cfg)
+            intents += more
+        engine = sample.engine if sample is not None else None
+        drain, go = triggers.drain_observe(drain, engine, t, cfg.drain)
+        mind = replace(mind, pending=replace(pending, drain=drain))
+        if go is None:
+            return mind, intents
+        intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
+    return replace(mind, pending=None), [*intents, Restart(pending.reason, pending.why)]
+
+
+# --- after a run -------------------------------------------------------------------------------
+
+
+def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
+    """Notify how it went; an automatic run that failed is asked for again (budget permitting)."""
+    outcome, reason = ended.outcome, ended.reason
+    mind = replace(mind, health=HealthState(), last_run_end=ended.at)
+    intents: list[Intent] = []
+    if outcome.ok and reason not in AUTOMATIC:  # an operator's run clears it all
+        intents.append(ClearGaveUp(ended.at))
+    subject = outcome.container or "llm"
+    gateway_failed = outcome.failed_step == triggers.GATEWAY_STEP
+    if gateway_failed:
+        failing = triggers.GatewayWatch(False, f"FAILED {outcome.error}", ended.at)
+        mind = replace(mind, gateway=failing)
+        summary = f"run #{outcome.run_id} ({reason}): {outcome.error}"
+        intents.append(Notify("gateway_failed", "gateway", summary, {"run": outcome.run_id}))
+    elif not outcome.ok:
+        summary = f"run #{outcome.run_id} ({reason}) failed: {outcome.error}"
+        intents.append(
+            Notify("run_failed", subject, summary, {"run": outcome.run_id, "reason": reason})
+        )
+    else:
+        mind = replace(mind, gateway=triggers.GatewayWatch(True, "ok (the run's gateway probe)"))
+        if reason == "crash":
+            summary = (
+                f"{ended.why}; run #{outcome.run_id} brought it back and it answered a chat request"
+            )
+            intents.append(Notify("crash_recovered", subject, summary, {"run": outcome.run_id}))
+    # Only the gateway failed: the engine answered, and restarting it would not fix a gateway.
+    if not outcome.ok and not gateway_failed and (retry := automatic(reason)) and not stopping:
+        why = f"retry after failed run #{outcome.run_id}: {outcome.error}"
+        mind, more = want(mind, retry, why, ended.at)
+        intents += more
+    return mind, intents

@@ -1,0 +1,104 @@
+"""The daemon's durable facts in the journal's key-value table, with typed accessors.
+
+The one place that names the keys: a hold, a "gave up", the last budget reset, the voice the
+memory floor paused, the last Docker event seen. Each survives a restart of sparkwarden, and each
+may be changed by an operator with no daemon running (``hold``, ``release``, ``reset``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from sparkwarden.journal import Journal
+
+
+class Key(StrEnum):
+    HOLD = "hold"
+    GAVE_UP = "gave_up"
+    RESET_AT = "reset_at"
+    MEMORY_PAUSED = "memory_paused"
+    EVENTS_SEEN = "events_seen_until"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """No automatic restart until ``until``: an operator's maintenance window."""
+
+    until: datetime
+    reason: str = ""
+
+    @classmethod
+    def starting(cls, t: float, seconds: float, reason: str) -> Hold:
+        return cls(datetime.fromtimestamp(t, UTC) + timedelta(seconds=seconds), reason)
+
+    def over(self, t: float) -> bool:
+        """The one rule for hold expiry: over from the second it names."""
+        return self.until.timestamp() <= t
+
+    def to_json(self) -> dict[str, str]:
+        return {"until": self.until.isoformat(timespec="seconds"), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """The budget was spent: nothing automatic happens until an operator resets it."""
+
+    reason: str
+    why: str
+    at: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "why": self.why, "at": self.at}
+
+
+class Kept:
+    """Typed reads and writes of the durable facts, over one journal."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def hold(self) -> Hold | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.HOLD)
+        if not raw:
+            return None
+        return Hold(datetime.fromisoformat(raw["until"]), raw.get("reason") or "")
+
+    def put_hold(self, hold: Hold) -> None:
+        self.journal.put(Key.HOLD, hold.to_json())
+
+    def release(self) -> None:
+        self.journal.delete(Key.HOLD)
+
+    def gave_up(self) -> GaveUp | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.GAVE_UP)
+        return GaveUp(raw["reason"], raw["why"], raw["at"]) if raw else None
+
+    def give_up(self, gave_up: GaveUp) -> None:
+        self.journal.put(Key.GAVE_UP, gave_up.to_json())
+
+    def reset(self, t: float) -> None:
+        """Clear "gave up" and start the budget afresh: an operator's reset or successful run."""
+        self.journal.delete(Key.GAVE_UP)
+        self.journal.put(Key.RESET_AT, t)
+
+    def reset_at(self) -> float:
+        return float(self.journal.get(Key.RESET_AT) or 0.0)
+
+    def memory_paused(self) -> list[str]:
+        return list(self.journal.get(Key.MEMORY_PAUSED) or [])
+
+    def put_memory_paused(self, names: list[str]) -> None:
+        self.journal.put(Key.MEMORY_PAUSED, names)
+
+    def clear_memory_paused(self) -> None:
+        self.journal.delete(Key.MEMORY_PAUSED)
+
+    def events_seen(self) -> float | None:
+        seen = self.journal.get(Key.EVENTS_SEEN)
+        return None if seen is None else float(seen)
+
+    def see_events(self, until: float) -> None:
+        self.journal.put(Key.EVENTS_SEEN, until)

@@ -1,0 +1,171 @@
+"""What the control socket's requests do (:mod:`sparkwarden.control` is only the transport).
+
+These run on the control thread. They never touch the box: a status request reads the published
+snapshot, a restart is queued for the main thread and its steps streamed back, and ``hold``,
+``release`` and ``reset`` write the journal's durable facts, then wake the loop to read them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkwarden import faults, logs
+from sparkwarden.control import Answer, Peer
+from sparkwarden.control_schema import (
+    FaultRequest,
+    HoldRequest,
+    ReleaseRequest,
+    ResetRequest,
+    RestartRequest,
+    StatusRequest,
+)
+from sparkwarden.errors import SparkwardenError
+from sparkwarden.facts import Hold, Kept
+from sparkwarden.journal import Journal
+from sparkwarden.sequence import Outcome
+
+log = logs.get("sparkwarden.daemon")
+
+#: Put on the loop's queue: the journal's facts changed (hold, release, reset).
+WAKE = ("wake", None)
+
+
+@dataclass
+class ManualCall:
+    """An operator's restart through the socket: its steps are streamed back to the caller."""
+
+    reason: str
+    requested_at: float = field(default_factory=time.time)
+    started: threading.Event = field(default_factory=threading.Event)
+    run_id: int | None = None
+    refused: str | None = None
+    cancelled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+
+    def claim(self) -> bool:
+        with self.lock:
+            return not self.cancelled
+
+    def cancel(self) -> bool:
+        with self.lock:
+            if self.run_id is None and self.refused is None:
+                self.cancelled = True
+            return self.cancelled
+
+    def refuse(self, why: str) -> None:
+        self.refused = why
+        self.started.set()
+
+    def begin(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.started.set()
+
+    def done(self, outcome: Outcome | None) -> None:
+        self.events.put(
+            {
+                "event": "done",
+                "ok": bool(outcome and outcome.ok),
+                "run": self.run_id,
+                "container": outcome.container if outcome else None,
+                "error": outcome.error if outcome else "sparkwarden stopped mid-run",
+            }
+        )
+
+
+def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
+    """hold / release / reset: durable state the daemon reads, with or without a daemon."""
+    kept = Kept(journal)
+    if isinstance(request, HoldRequest):
+        hold = Hold.starting(time.time(), request.seconds, request.reason)
+        kept.put_hold(hold)
+        log.info("hold", **hold.to_json())
+        return {"ok": True, "hold": hold.to_json()}
+    if isinstance(request, ReleaseRequest):
+        kept.release()
+        log.info("released")
+        return {"ok": True}
+    if isinstance(request, ResetRequest):
+        kept.reset(time.time())
+        log.info("budget_reset")
+        return {"ok": True}
+    raise SparkwardenError(f"unknown request {request!r}")
+
+
+class Handlers:
+    """The control socket's handler: one call per request, on the control thread."""
+
+    def __init__(
+        self,
+        journal_dir: Path,
+        loop_queue: queue.Queue[Any],
+        snapshot: Callable[[], dict[str, Any]],
+        busy: Callable[[], str | None],
+        freeze: Callable[[], None],
+    ) -> None:
+        self.journal_dir = journal_dir
+        self.queue = loop_queue
+        self.snapshot = snapshot
+        self.busy = busy
+        self.freeze = freeze
+        self.faults = faults.enabled()
+        self.manual_lock = threading.Lock()
+        self.manual_call: ManualCall | None = None
+
+    def __call__(self, request: Any, peer: Peer) -> Answer:
+        log.info("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
+        if isinstance(request, StatusRequest):
+            return {"ok": True, "status": self.snapshot()}
+        if isinstance(request, RestartRequest):
+            return self._manual(request.reason)
+        if isinstance(request, FaultRequest):
+            if not self.faults:
+                return {"ok": False, "error": f"fault injection is off (set {faults.ENABLE}=1)"}
+            self.freeze()
+            log.warning("fault_injected", fault=request.name)
+            return {"ok": True}
+        journal = Journal(self.journal_dir)
+        try:
+            return apply_admin(journal, request)
+        finally:
+            journal.close()
+            self.queue.put(WAKE)
+
+    def _manual(self, reason: str) -> Iterator[dict[str, Any]]:
+        """Queue the run for the main thread, then stream its steps until it is done.
+
+        One operator request at a time: a second one, while the first is queued or running,
+        is refused at once rather than run after it.
+        """
+        call = ManualCall(reason)
+        with self.manual_lock:
+            queued = self.manual_call
+            busy = f"an operator's ({queued.reason})" if queued else self.busy()
+            if busy:
+                yield {"ok": False, "error": f"another sequence is running: {busy}"}
+                return
+            self.manual_call = call
+        try:
+            self.queue.put(call)
+            if not call.started.wait(timeout=10.0) and call.cancel():
+                yield {"ok": False, "error": "the daemon is busy; try again"}
+                return
+            call.started.wait()
+            if call.refused:
+                yield {"ok": False, "error": call.refused}
+                return
+            yield {"ok": True, "run": call.run_id}
+            while True:
+                event = call.events.get()
+                yield event
+                if event["event"] == "done":
+                    return
+        finally:
+            with self.manual_lock:
+                self.manual_call = None

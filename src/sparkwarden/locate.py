@@ -1,0 +1,68 @@
+"""Where things are: the config file, the state dir and the control socket, found cheaply.
+
+``sparkwarden status`` over SSH must answer at once, so it reads only these two keys of the config
+with :mod:`tomllib` and never imports the schema (pydantic alone costs more than the whole
+command should). The schema in :mod:`sparkwarden.config` takes its defaults for them from here,
+so the two can never disagree; it still validates them for every other command.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sparkwarden.errors import ConfigError
+
+DEFAULT_PATH = Path("/etc/sparkwarden/sparkwarden.toml")
+ENV_PATH = "SPARKWARDEN_CONFIG"
+DEFAULT_STATE_DIR = Path("/var/lib/sparkwarden")
+DEFAULT_SOCKET = Path("/run/sparkwarden/control.sock")
+
+
+def resolve_path(explicit: str | Path | None) -> Path:
+    """``--config`` wins, then ``$SPARKWARDEN_CONFIG``, then the system path."""
+    if explicit:
+        return Path(explicit)
+    from_env = os.environ.get(ENV_PATH)
+    return Path(from_env) if from_env else DEFAULT_PATH
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The config file as TOML, or :class:`ConfigError` naming the file and what is wrong."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
+
+
+class Places(NamedTuple):
+    state_dir: Path
+    socket: Path
+
+
+def places(explicit: str | Path | None) -> Places:
+    """``state.dir`` and ``control.socket`` from the config file, defaults where it is silent."""
+    path = resolve_path(explicit)
+    data = read_toml(path)
+    return Places(
+        state_dir=_path(data, path, "state", "dir", DEFAULT_STATE_DIR),
+        socket=_path(data, path, "control", "socket", DEFAULT_SOCKET),
+    )
+
+
+def _path(data: dict[str, Any], source: Path, section: str, key: str, default: Path) -> Path:
+    table = data.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: {section}: expected a table")
+    value = table.get(key, default)
+    if not isinstance(value, str | Path) or not str(value):
+        raise ConfigError(f"{source}: {section}.{key}: expected a path")
+    return Path(value)

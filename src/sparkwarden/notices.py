@@ -1,0 +1,15 @@
+"""The events an operator can be notified of: one list for the config, the decider and webhooks."""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+Notice = Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
+EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
+TITLES: Final[dict[Notice, str]] = {
+    "run_failed": "sparkwarden: restart failed",
+    "gave_up": "sparkwarden: gave up, an operator is needed",
+    "crash_recovered": "sparkwarden: crashed LLM recovered",
+    "memory_floor": "sparkwarden: memory below the floor",
+    "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
+}

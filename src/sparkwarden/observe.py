@@ -1,0 +1,185 @@
+"""Everything the daemon reads: Docker, its events, /health, /metrics, memory and the journal.
+
+Each read comes back as a typed value for the decider (:mod:`sparkwarden.decide`); nothing here
+decides what to do about it. The observer keeps only its own cadence (when /health, /metrics and
+the chat canary are next due) and the last of each reading, for the status snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkwarden import logs, metrics
+from sparkwarden.adapters.docker_events import ContainerEvent
+from sparkwarden.adapters.host import Memory
+from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState, choose_active
+from sparkwarden.errors import SparkwardenError
+from sparkwarden.facts import GaveUp, Hold, Kept
+from sparkwarden.sequence import Parts
+from sparkwarden.triggers import PastRun
+
+log = logs.get("sparkwarden.observe")
+
+#: Slack on every watchdog lease, for scheduling noise on a loaded box.
+MARGIN = 5.0
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One read of the engine's /metrics: parsed, or why not."""
+
+    engine: metrics.EngineMetrics | None
+    note: str
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    health: Health
+    canary: ChatOutcome | None
+    engine: metrics.EngineMetrics | None  # the latest /metrics: a busy engine answers slowly
+    gateway: ChatOutcome | None = None  # the users' path, after a good canary (gateway.watch)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One tick's look at the box; ``scrape`` and ``check`` only when they were due."""
+
+    t: float
+    active: ContainerState | None
+    error: str  # why the LLM containers could not be read; "" when they could
+    memory: Memory
+    scrape: Scrape | None = None
+    check: HealthCheck | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.active is not None and self.active.status == "running"
+
+
+@dataclass(frozen=True)
+class EventSeen:
+    """A Docker event, and after a ``die`` what ``docker inspect`` says now."""
+
+    event: ContainerEvent
+    now: ContainerState | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the journal says, read again only when it can have changed (and every minute):
+    the loop must cost next to nothing between events."""
+
+    hold: Hold | None
+    gave_up: GaveUp | None
+    runs: tuple[PastRun, ...]  # the budget window's runs, as of ``read_at``
+    reset_at: float
+    last_run: dict[str, object] | None
+    last_container: str | None
+    run_counts: list[dict[str, object]]
+    read_at: float
+
+
+def read_journal(kept: Kept, t: float, window: float) -> Recorded:
+    journal = kept.journal
+    runs = journal.runs(1)
+    return Recorded(
+        hold=kept.hold(),
+        gave_up=kept.gave_up(),
+        runs=tuple(PastRun(*r) for r in journal.past_runs(t - window)),
+        reset_at=kept.reset_at(),
+        last_run=runs[0].to_json() if runs else None,
+        last_container=journal.last_container(),
+        run_counts=journal.run_counts(),
+        read_at=t,
+    )
+
+
+class Observer:
+    def __init__(self, config: Config, parts: Parts, lease: Callable[[float], None]) -> None:
+        self.config = config
+        self.parts = parts
+        self.lease = lease
+        self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
+        self.last_scrape = Scrape(None, "not scraped yet")
+        self.last_probe = ""
+
+    def tick(self, t: float, last_container: str | None) -> Observation:
+        """Docker and memory every tick; /metrics and /health when due and the LLM runs."""
+        cfg = self.config
+        self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
+        active, error = None, ""
+        try:
+            states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
+            active = choose_active(states, last_container)
+        except SparkwardenError as exc:
+            error = str(exc)
+        seen = Observation(t, active, error, self.parts.host.memory())
+        if not seen.running:
+            return seen
+        scrape = check = None
+        if t >= self.due["metrics"]:
+            self.due["metrics"] = t + min(cfg.health.interval, 30.0)
+            scrape = self.scrape()
+        if t >= self.due["health"]:
+            self.due["health"] = t + cfg.health.interval
+            check = self._check_health(t)
+        return Observation(t, active, error, seen.memory, scrape, check)
+
+    def scrape(self) -> Scrape:
+        self.lease(self.config.health.timeout + MARGIN)
+        text = self.parts.vllm.metrics(timeout=self.config.health.timeout)
+        if text is None:
+            scrape = Scrape(None, "/metrics did not answer")
+        else:
+            try:
+                scrape = Scrape(metrics.parse(text), "ok")
+            except metrics.MetricsError as exc:
+                scrape = Scrape(None, str(exc))
+        if scrape.engine is None:
+            log.warning("metrics_unusable", note=scrape.note)
+        self.last_scrape = scrape
+        return scrape
+
+    def _check_health(self, t: float) -> HealthCheck:
+        """/health, and the chat canary when due and the engine is idle enough to spare it."""
+        cfg, vllm = self.config, self.parts.vllm
+        watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
+        probes = 2 if watched else 1  # the canary, then the users' path
+        self.lease(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + MARGIN)
+        health = vllm.health(timeout=cfg.health.timeout)
+        engine = self.last_scrape.engine
+        busy = engine is not None and engine.busy
+        canary_due = cfg.health.canary_interval > 0 and t >= self.due["canary"]
+        if not canary_due or health.status != "up" or busy:
+            return HealthCheck(health, None, engine)
+        self.due["canary"] = t + cfg.health.canary_interval
+        model = cfg.llm.model or vllm.served_model()
+        canary = (
+            vllm.chat(model, timeout=cfg.llm.probe_timeout)
+            if model
+            else ChatOutcome(False, "/v1/models names no model")
+        )
+        self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
+        gateway = None
+        if canary.ok and watched is not None and cfg.gateway is not None:
+            gateway = watched.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout)
+        return HealthCheck(health, canary, engine, gateway)
+
+    def event(self, event: ContainerEvent) -> EventSeen:
+        """After a ``die``, whether the container is up again (a restart policy, an operator)."""
+        if event.action != "die":
+            return EventSeen(event)
+        try:
+            return EventSeen(event, now=self.parts.docker.inspect(event.name))
+        except SparkwardenError as exc:
+            return EventSeen(event, error=str(exc))
+
+    def after_run(self, t: float, ok: bool) -> None:
+        """A fresh engine: check it at once, but leave the canary for an interval."""
+        self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.canary_interval}
+        if ok:
+            self.last_probe = "ok (the run's chat probe)"

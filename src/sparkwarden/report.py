@@ -1,0 +1,267 @@
+"""The status snapshot: one typed value, built from what the daemon believes and saw.
+
+Everything that shows the daemon's state renders this one value: ``status`` and ``status --json``
+(its JSON, over the socket or from the file the daemon writes), the Prometheus exporter and
+systemd's ``STATUS=`` line. The state name is derived, never stored, so it cannot disagree with
+what is pending or running.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal, get_args
+
+from sparkwarden import logs
+from sparkwarden import status as status_mod
+from sparkwarden.adapters.systemd import SdNotify
+from sparkwarden.config import Config
+from sparkwarden.decide import Mind, budget
+from sparkwarden.observe import Observation, Observer, Recorded
+
+log = logs.get("sparkwarden.daemon")
+
+State = Literal["starting", "idle", "draining", "restarting", "held", "gave up"]
+STATES: Final[tuple[State, ...]] = get_args(State)
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    running: bool
+    pid: int | None
+    state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
+    pending: str | None
+
+
+@dataclass(frozen=True)
+class LlmView:
+    container: str | None
+    status: str
+    uptime_s: float | None
+    health: str
+    last_probe: str
+    note: str
+    operator_stopped: str | None
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    available_gib: float
+    total_gib: float
+    below_floor: bool
+
+
+@dataclass(frozen=True)
+class AcceptanceView:
+    current: float | None
+    baseline: float | None
+    health: float | None
+    method: str | None
+    available: bool
+    note: str
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class NextRestart:
+    at: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    used: int
+    limit: int
+    why: str
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    url: str
+    watch: bool
+    ok: bool | None
+    last: str
+    failing_since: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    written_at: str
+    daemon: DaemonView
+    llm: LlmView
+    memory: MemoryView
+    acceptance: AcceptanceView
+    metrics: str
+    next_restart: NextRestart | None
+    budget: BudgetView
+    hold: dict[str, str] | None
+    gave_up: dict[str, str] | None
+    last_run: dict[str, Any] | None
+    run_counts: list[dict[str, Any]] = field(default_factory=list)
+    gateway: GatewayView | None = None  # the users' path, with a [gateway]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``status --json`` contract (README lists its fields)."""
+        return asdict(self)
+
+
+def state_name(step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool) -> str:
+    """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
+    if step is not None:
+        return f"restarting: {step}" if step else "restarting"
+    name: State = "idle"
+    if not ready:
+        name = "starting"
+    elif gave_up:
+        name = "gave up"
+    elif mind.pending is not None and mind.pending.drain is not None:
+        name = "draining"
+    elif held:
+        name = "held"
+    return name
+
+
+def next_restart(
+    mind: Mind, seen: Observation | None, now: datetime, cfg: Config
+) -> NextRestart | None:
+    options: list[tuple[datetime, str]] = []
+    if mind.next_schedule is not None:
+        options.append((mind.next_schedule.astimezone(UTC), "schedule"))
+    active, limit = seen.active if seen else None, cfg.watch.max_uptime
+    if active is not None and active.status == "running" and active.started_at and limit > 0:
+        options.append((active.started_at + timedelta(seconds=limit), "uptime"))
+    if not options:
+        return None
+    at, reason = min(options)
+    return NextRestart(at.isoformat(timespec="seconds"), reason)
+
+
+def build(
+    cfg: Config,
+    mind: Mind,
+    seen: Observation | None,
+    observer: Observer,
+    facts: Recorded,
+    step: str | None,
+    ready: bool,
+    running: bool,
+) -> Snapshot:
+    now = datetime.now(UTC)
+    t = now.timestamp()
+    active = seen.active if seen else None
+    hold = facts.hold if facts.hold is not None and not facts.hold.over(t) else None
+    spent = budget(facts, t, cfg)
+    health = mind.health.last
+    if mind.health.failures:
+        health += f" ({mind.health.failures} failure(s) in a row)"
+    stopped = mind.operator_stopped
+    note = (seen.error if seen else "") or (
+        f"{stopped} stopped by hand: not restarting it" if stopped else ""
+    )
+    acc, memory = mind.acc, seen.memory if seen else None
+    return Snapshot(
+        written_at=now.isoformat(timespec="seconds"),
+        daemon=DaemonView(
+            running=running,
+            pid=os.getpid(),
+            state=state_name(step, ready, mind, facts.gave_up is not None, hold is not None),
+            pending=mind.pending.reason if mind.pending else None,
+        ),
+        llm=LlmView(
+            container=active.name if active else None,
+            status=active.status if active else "unknown",
+            uptime_s=active.uptime_s(now) if active else None,
+            health=health,
+            last_probe=observer.last_probe,
+            note=note,
+            operator_stopped=stopped,
+        ),
+        memory=MemoryView(
+            available_gib=round(memory.available_gib, 2) if memory else 0.0,
+            total_gib=round(memory.total_gib, 2) if memory else 0.0,
+            below_floor=mind.memory.below_since is not None,
+        ),
+        acceptance=AcceptanceView(
+            current=acc.current,
+            baseline=acc.baseline,
+            health=acc.health,
+            method=acc.method,
+            available=acc.available,
+            note=acc.note,
+            enabled=cfg.acceptance.enabled,
+        ),
+        metrics=observer.last_scrape.note,
+        next_restart=next_restart(mind, seen, now, cfg),
+        budget=BudgetView(used=spent.used, limit=spent.limit, why=spent.why),
+        hold=hold.to_json() if hold else None,
+        gave_up=facts.gave_up.to_json() if facts.gave_up else None,
+        last_run=facts.last_run,
+        run_counts=facts.run_counts,
+        gateway=(
+            GatewayView(cfg.gateway.url, cfg.gateway.watch, **asdict(mind.gateway))
+            if cfg.gateway
+            else None
+        ),
+    )
+
+
+def status_line(s: Snapshot) -> str:
+    """systemd's ``STATUS=``: one line, minutes only so it changes rarely."""
+    llm, acc, mem = s.llm, s.acceptance, s.memory
+    parts = [s.daemon.state]
+    if llm.container:
+        up = llm.uptime_s
+        parts.append(
+            f"{llm.container} {llm.status}"
+            + (f" up {status_mod.duration(up // 60 * 60)}" if up is not None else "")
+        )
+    if acc.current is not None:
+        base = f"{acc.baseline:.0%}" if acc.baseline is not None else "learning"
+        parts.append(f"acc {acc.current:.0%}/{base}")
+    parts.append(f"mem {mem.available_gib:.0f}/{mem.total_gib:.0f} GiB")
+    if s.next_restart:
+        at = datetime.fromisoformat(s.next_restart.at).astimezone()
+        parts.append(f"next {at:%a %H:%M} ({s.next_restart.reason})")
+    return " | ".join(parts)
+
+
+class Publisher:
+    """Keeps the snapshot current for the socket and the exporter; writes the status file when
+    it says something new (or every 30 s): an fsync every tick would be most of an idle
+    daemon's work."""
+
+    def __init__(self, cfg: Config, sd: SdNotify) -> None:
+        self.path = cfg.state.dir / status_mod.STATUS_FILE
+        self.sd = sd
+        self._lock = threading.Lock()
+        self._current: Snapshot | None = None
+        self._json: dict[str, Any] = {}
+        self._written = (0.0, "")
+
+    def current(self) -> Snapshot | None:
+        with self._lock:
+            return self._current
+
+    def as_json(self) -> dict[str, Any]:
+        with self._lock:
+            return self._json
+
+    def publish(self, snapshot: Snapshot) -> str:
+        as_json = snapshot.to_json()
+        with self._lock:
+            self._current, self._json = snapshot, as_json
+        line = status_line(snapshot)
+        self.sd.status(line)
+        t = time.time()
+        last_t, last_line = self._written
+        if line == last_line and t - last_t < 30 and snapshot.daemon.running:
+            return line
+        try:
+            status_mod.write_atomic(self.path, as_json)
+            self._written = (t, line)
+        except OSError as exc:
+            log.error("status_write_failed", error=str(exc))
+        return line

@@ -1,0 +1,323 @@
+"""Every gate of the pure decider, with an injected clock: no Docker, no journal, no threads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sparkwarden import decide, report
+from sparkwarden import intents as do
+from sparkwarden.adapters.docker_events import ContainerEvent
+from sparkwarden.adapters.host import Memory
+from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.config import Config, parse
+from sparkwarden.containers import ContainerState
+from sparkwarden.decide import Mind, Pending
+from sparkwarden.facts import GaveUp, Hold
+from sparkwarden.metrics import EngineMetrics
+from sparkwarden.observe import EventSeen, HealthCheck, Observation, Recorded, Scrape
+from sparkwarden.sequence import Outcome
+from sparkwarden.triggers import PastRun, Reason
+
+T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
+T = T0.timestamp()
+IDLE = Scrape(EngineMetrics(None, 0.0, 0.0, 100.0), "ok")
+BUSY = Scrape(EngineMetrics(None, 3.0, 1.0, 100.0), "ok")
+
+
+def cfg(**sections: Any) -> Config:
+    raw: dict[str, Any] = {
+        "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
+        "schedule": {"cron": "", "min_uptime": "1h"},
+        "drain": {"quiet": "30s", "deadline": "10m"},
+        "acceptance": {"enabled": False},
+        "budget": {"max_runs": 3, "window": "6h", "backoff": "2m", "backoff_max": "1h"},
+        "state": {"dir": "/nonexistent/state"},
+        "control": {"socket": "/nonexistent/s", "group": ""},
+    }
+    for key, values in sections.items():
+        raw.setdefault(key, {}).update(values)
+    return parse(raw)
+
+
+CFG = cfg()
+
+
+def up_since(seconds: float) -> ContainerState:
+    started = T0 - timedelta(seconds=seconds)
+    return ContainerState("vllm", "id", "running", started, None, 0, False)
+
+
+def facts(
+    hold: Hold | None = None,
+    gave_up: GaveUp | None = None,
+    runs: tuple[PastRun, ...] = (),
+    reset_at: float = 0.0,
+) -> Recorded:
+    return Recorded(hold, gave_up, runs, reset_at, None, None, [], T)
+
+
+def pending(reason: Reason, t: float = T) -> Mind:
+    return Mind(pending=Pending(reason, f"{reason} wanted", t))
+
+
+def events(intents: list[do.Intent]) -> list[str]:
+    return [i.event for i in intents if isinstance(i, do.Say)]
+
+
+def restarts(intents: list[do.Intent]) -> list[do.Restart]:
+    return [i for i in intents if isinstance(i, do.Restart)]
+
+
+def state(mind: Mind, known: Recorded, t: float = T) -> str:
+    held = known.hold is not None and not known.hold.over(t)
+    return report.state_name(None, True, mind, known.gave_up is not None, held)
+
+
+# --- triggers ------------------------------------------------------------------------------------
+
+
+def test_an_urgent_trigger_replaces_a_planned_one_never_the_other_way() -> None:
+    mind, said = decide.want(Mind(), "uptime", "up 20 h", T)
+    assert mind.pending is not None and mind.pending.reason == "uptime"
+    assert events(said) == ["trigger"]
+    mind, _ = decide.want(mind, "acceptance", "decayed", T + 1)
+    assert mind.pending is not None and mind.pending.reason == "uptime"
+    mind, _ = decide.want(mind, "crash", "died", T + 2)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    mind, said = decide.want(mind, "schedule", "nightly", T + 3)
+    assert mind.pending is not None and mind.pending.reason == "crash" and said == []
+
+
+def die(t: float, exit_code: int = 137, up_again: bool = False) -> EventSeen:
+    status = "running" if up_again else "exited"
+    now = ContainerState("vllm", "id", status, T0, None, exit_code, False)
+    return EventSeen(ContainerEvent("vllm", "die", t, exit_code=exit_code), now=now)
+
+
+def test_a_die_without_docker_stop_is_a_crash() -> None:
+    mind, intents = decide.on_event(Mind(), die(T + 5), CFG)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    assert mind.pending.why == "vllm died with exit code 137"
+    assert intents[0] == do.EventsSeen(T + 5)
+
+
+def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
+    kill = EventSeen(ContainerEvent("vllm", "kill", T, signal="15"))
+    mind, _ = decide.on_event(Mind(), kill, CFG)
+    mind, said = decide.on_event(mind, die(T + 3, exit_code=0), CFG)
+    assert mind.pending is None and mind.operator_stopped == "vllm"
+    assert "operator_stopped" in events(said)
+    # a trigger meanwhile is refused, and says why
+    mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
+    mind, said = decide.gate(mind, facts(), None, None, T + 4, CFG)
+    assert mind.pending is None and restarts(said) == []
+    refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
+    assert refused[0].fields["refused"] == "vllm was stopped by hand"
+    start = EventSeen(ContainerEvent("vllm", "start", T + 60))
+    mind, _ = decide.on_event(mind, start, CFG)
+    assert mind.operator_stopped is None
+
+
+def test_our_own_stop_and_start_are_not_events_to_act_on() -> None:
+    mind, intents = decide.on_event(Mind(last_run_end=T + 10), die(T + 5), CFG)
+    assert mind.pending is None and intents == [do.EventsSeen(T + 5)]
+
+
+def test_a_die_that_is_up_again_is_left_alone() -> None:
+    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)
+    assert mind.pending is None and "died_but_up_again" in events(said)
+
+
+def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
+    low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
+    seen = Observation(T, up_since(7200), "", Memory(4.0, 128.0))
+    mind, intents = decide.on_tick(Mind(), seen, low)
+    assert not any(isinstance(i, do.QuietVoiceForMemory) for i in intents)
+    mind, intents = decide.on_tick(mind, replace(seen, t=T + 61), low)
+    assert do.QuietVoiceForMemory() in intents
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["memory_floor"]
+    mind, intents = decide.on_tick(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
+    assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
+
+
+# --- the gates -----------------------------------------------------------------------------------
+
+
+def test_hold_refuses_and_drops_the_trigger() -> None:
+    hold = Hold(T0 + timedelta(hours=1), "swapping fans")
+    mind, said = decide.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
+    assert mind.pending is None and restarts(said) == []
+    assert "trigger_refused" in events(said)
+
+
+def test_a_hold_whose_time_is_over_is_removed_and_lets_it_through() -> None:
+    hold = Hold(T0 - timedelta(seconds=1), "")
+    mind, intents = decide.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
+    assert do.ExpireHold() in intents
+    assert restarts(intents) == [do.Restart("crash", "crash wanted")]
+    assert mind.pending is None
+
+
+def test_gave_up_refuses_until_an_operator_resets() -> None:
+    given = GaveUp("crash", "budget spent", T0.isoformat())
+    mind, said = decide.gate(pending("crash"), facts(gave_up=given), None, None, T, CFG)
+    assert mind.pending is None and restarts(said) == [] and "trigger_refused" in events(said)
+
+
+def test_a_nightly_restart_of_a_fresh_engine_is_skipped() -> None:
+    mind, said = decide.gate(pending("schedule"), facts(), up_since(600), None, T, CFG)
+    assert mind.pending is None and events(said) == ["schedule_skipped"]
+    # an old engine drains as usual; other reasons never look at freshness
+    mind, said = decide.gate(pending("schedule"), facts(), up_since(7200), IDLE, T, CFG)
+    assert mind.pending is not None and events(said) == ["draining"]
+    mind, said = decide.gate(pending("crash"), facts(), up_since(600), None, T, CFG)
+    assert restarts(said) == [do.Restart("crash", "crash wanted")]
+
+
+def test_a_spent_budget_gives_up_once_and_says_so() -> None:
+    runs = tuple(PastRun("crash", "ok", T - 600 * i, T - 600 * i + 60) for i in (1, 2, 3))
+    mind, intents = decide.gate(pending("crash"), facts(runs=runs), up_since(60), None, T, CFG)
+    assert mind.pending is None and restarts(intents) == []
+    (gave_up,) = [i.gave_up for i in intents if isinstance(i, do.GiveUp)]
+    assert gave_up.reason == "crash" and "3 automatic runs in the window" in gave_up.why
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gave_up"]
+    # a reset since those runs gives the budget back
+    _, intents = decide.gate(pending("crash"), facts(runs=runs, reset_at=T - 1), None, None, T, CFG)
+    assert restarts(intents) == [do.Restart("crash", "crash wanted")]
+
+
+def test_backoff_after_a_failed_run_keeps_it_pending_then_lets_it_through() -> None:
+    runs = (PastRun("crash", "failed", T - 100, T - 60),)
+    mind, intents = decide.gate(pending("crash"), facts(runs=runs), None, None, T, CFG)
+    assert mind.pending is not None and intents == []  # 60 s into a 120 s backoff
+    mind, intents = decide.gate(mind, facts(runs=runs), None, None, T + 61, CFG)
+    assert mind.pending is None and len(restarts(intents)) == 1
+
+
+def test_drain_waits_for_quiet_then_goes() -> None:
+    known, active = facts(), up_since(7200)
+    mind = pending("uptime")
+    assert decide.wants_drain_sample(mind, known, active, T, CFG)
+    mind, said = decide.gate(mind, known, active, BUSY, T, CFG)
+    assert events(said) == ["draining"] and state(mind, known) == "draining"
+    mind, said = decide.gate(mind, known, active, IDLE, T + 10, CFG)
+    mind, said = decide.gate(mind, known, active, IDLE, T + 39, CFG)
+    assert restarts(said) == [] and mind.pending is not None
+    mind, said = decide.gate(mind, known, active, IDLE, T + 40, CFG)
+    assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
+    assert mind.pending is None and state(mind, known) == "idle"
+
+
+def test_drain_goes_at_its_deadline_however_busy() -> None:
+    known, active = facts(), up_since(7200)
+    mind, _ = decide.gate(pending("acceptance"), known, active, BUSY, T, CFG)
+    mind, said = decide.gate(mind, known, active, BUSY, T + 599, CFG)
+    assert restarts(said) == []
+    mind, said = decide.gate(mind, known, active, BUSY, T + 600, CFG)
+    assert len(restarts(said)) == 1 and "drain deadline" in str(said)
+
+
+def test_drain_without_request_gauges_goes_at_once() -> None:
+    mind, said = decide.gate(pending("uptime"), facts(), up_since(7200), None, T, CFG)
+    assert len(restarts(said)) == 1 and mind.pending is None
+
+
+def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
+    """The bug of issue 12: the state said "draining", with nothing pending, for ever."""
+    active = up_since(7200)
+    mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
+    assert state(mind, facts()) == "draining"
+    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"))
+    assert not decide.wants_drain_sample(mind, held, active, T + 5, CFG)
+    mind, said = decide.gate(mind, held, active, None, T + 5, CFG)
+    assert mind.pending is None and restarts(said) == []
+    assert state(mind, held, T + 5) == "held"
+
+
+def test_an_urgent_trigger_mid_drain_goes_without_draining() -> None:
+    active = up_since(7200)
+    mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
+    mind, _ = decide.want(mind, "crash", "died", T + 1)
+    assert not decide.wants_drain_sample(mind, facts(), active, T + 1, CFG)
+    mind, said = decide.gate(mind, facts(), active, None, T + 1, CFG)
+    assert restarts(said) == [do.Restart("crash", "died")]
+
+
+# --- after a run ---------------------------------------------------------------------------------
+
+
+def ended(reason: Reason, ok: bool, at: float = T) -> do.RunEnded:
+    outcome = Outcome(7, ok, "vllm", None if ok else "wait_health: timed out")
+    return do.RunEnded(reason, f"{reason} wanted", outcome, at)
+
+
+@pytest.mark.parametrize("reason", ["crash", "unhealthy", "uptime"])
+def test_a_failed_automatic_run_is_asked_for_again(reason: Reason) -> None:
+    mind, intents = decide.after_run(Mind(), ended(reason, ok=False), stopping=False)
+    assert mind.pending is not None and mind.pending.reason == reason
+    assert mind.pending.why.startswith("retry after failed run #7")
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["run_failed"]
+    assert mind.last_run_end == T
+    # stopping, it is not asked for again
+    mind, _ = decide.after_run(Mind(), ended(reason, ok=False), stopping=True)
+    assert mind.pending is None
+
+
+def test_a_failed_operator_run_is_not_retried() -> None:
+    mind, _ = decide.after_run(Mind(), ended("manual", ok=False), stopping=False)
+    assert mind.pending is None
+
+
+def test_an_operators_good_run_clears_gave_up_a_crash_run_says_recovered() -> None:
+    _, intents = decide.after_run(Mind(), ended("manual", ok=True), stopping=False)
+    assert do.ClearGaveUp(T) in intents
+    _, intents = decide.after_run(Mind(), ended("crash", ok=True), stopping=False)
+    assert not any(isinstance(i, do.ClearGaveUp) for i in intents)
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["crash_recovered"]
+
+
+def test_a_run_failing_only_at_the_gateway_notifies_it_and_is_not_retried() -> None:
+    error = (
+        "the gateway http://127.0.0.1:4000 did not answer ..., though the engine itself answered"
+    )
+    outcome = Outcome(7, False, "vllm", error, failed_step="gateway_probe")
+    mind, intents = decide.after_run(
+        Mind(), do.RunEnded("crash", "crash wanted", outcome, T), stopping=False
+    )
+    assert mind.pending is None  # a new engine would not fix a gateway
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gateway_failed"]
+    assert mind.gateway.ok is False and mind.gateway.failing_since == T
+
+
+def test_a_watched_gateway_failing_while_the_engine_answers_is_told_never_restarted() -> None:
+    watched = cfg(gateway={"url": "http://127.0.0.1:4000/v1", "model": "qwen", "watch": True})
+    engine = ChatOutcome(True, "answered 'ready'")
+
+    def look(gateway: ChatOutcome, t: float) -> Observation:
+        check = HealthCheck(Health("up", "HTTP 200"), engine, IDLE.engine, gateway)
+        return Observation(t, up_since(3600), "", Memory(100.0, 121.0), None, check)
+
+    mind, intents = decide.on_tick(
+        Mind(), look(ChatOutcome(False, "HTTP 502: Bad Gateway"), T), watched
+    )
+    assert mind.pending is None and not restarts(intents)
+    assert events(intents) == ["gateway_failed"]
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gateway_failed"]
+    mind, intents = decide.on_tick(mind, look(ChatOutcome(False, "HTTP 502"), T + 600), watched)
+    assert intents == [] and mind.gateway.failing_since == T  # told once per episode
+    mind, _ = decide.on_tick(mind, look(ChatOutcome(True, "answered 'ready'"), T + 1200), watched)
+    assert mind.gateway.ok is True
+
+
+def test_state_names_are_derived_in_order() -> None:
+    known = facts(gave_up=GaveUp("crash", "spent", T0.isoformat()))
+    assert report.state_name("step 3 of 8: stop_llm", True, Mind(), True, True).startswith(
+        "restarting: step 3"
+    )
+    assert report.state_name(None, False, Mind(), False, False) == "starting"
+    assert state(Mind(), known) == "gave up"
+    assert set(report.STATES) == {"starting", "idle", "draining", "restarting", "held", "gave up"}

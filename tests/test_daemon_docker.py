@@ -10,12 +10,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkwarden import control
+from sparkwarden.canary import WORKLOAD_NOT_DRAFTER
 from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound, no_overlap
@@ -94,7 +96,9 @@ def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
     assert "stopped by hand" in text
 
 
-def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any) -> None:
+def test_decaying_acceptance_triggers_acceptance_on_passive_evidence_with_confirm_none(
+    stage: Stage, start_daemon: Any
+) -> None:
     llm, port = stage.llm(
         "llm",
         "--acceptance",
@@ -119,12 +123,126 @@ def test_decaying_acceptance_triggers_acceptance(stage: Stage, start_daemon: Any
             "warmup": "0s",
             "learn_windows": 2,
             "consecutive": 2,
+            "confirm": "none",
         },
     )
     run = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=40)[0]
     assert run["result"] == "ok"
     log = daemon.text()
     assert '"event": "drained"' in log and "healthy share of drafting" in log
+
+
+#: Users whose traffic swings math -> prose -> math (12 s each: busy 8 s, idle 4 s, from the
+#: daemon's first scrape), on a depth law that is not the one the passive estimate assumes:
+#: learnt on math, its baseline makes every prose phase look like a decay (health ~0.6).
+SWINGING = (
+    "--traffic",
+    "math,prose",
+    "--law",
+    "deeper-easier",
+    "--swing-every",
+    "12",
+    "--busy-for",
+    "8",
+    "--idle-for",
+    "4",
+    "--drafts-per-s",
+    "300",
+)
+#: Short windows, and canaries as soon as the engine has idled a second.
+CANARY_FAST = {
+    "window": "1s",
+    "min_draft_tokens": 100,
+    "warmup": "0s",
+    "learn_windows": 2,
+    "consecutive": 2,
+    "canary_idle": "1s",
+    "canary_interval": "2s",
+    "canary_soon": "1s",
+    "canary_max_tokens": 64,
+}
+
+
+def canaries(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in daemon.text().splitlines()
+        if '"event": "drafting_canary"' in line
+    ]
+
+
+def test_swinging_traffic_fools_the_passive_estimate_alone(stage: Stage, start_daemon: Any) -> None:
+    """The hazard the canary exists for: with confirm = "none" the swing restarts a healthy
+    engine."""
+    llm, port = stage.llm("llm", *SWINGING)
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance={**CANARY_FAST, "confirm": "none"})
+    (run, *_) = wait_for("a false acceptance run", lambda: daemon.runs_with("acceptance"), 90)
+    assert "healthy share of drafting" in run["plan"]["why"]
+
+
+def test_swinging_traffic_restarts_nothing_under_the_canary(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm("llm", *SWINGING)
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+
+    def cleared() -> bool:
+        notes = [c["note"] for c in canaries(daemon) if c["valid"]]
+        return len(notes) >= 6 and any(n.startswith(WORKLOAD_NOT_DRAFTER) for n in notes)
+
+    wait_for("a low passive estimate the canary clears, over two swings", cleared, timeout=120)
+    assert daemon.history() == [], "a swing of the workload must not restart anything"
+    canary = daemon.status()["acceptance"]["canary"]
+    assert canary["confirm"] == "canary" and canary["health"] > 0.9
+    assert set(canary["baseline"]) == {"math", "code", "prose"}
+    assert "canary:      health " in run_cli(daemon.config, "status").stdout
+
+
+def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
+    stage: Stage, start_daemon: Any
+) -> None:
+    llm, port = stage.llm(
+        "llm",
+        *SWINGING,
+        "--decay-kind",
+        "per-token",
+        "--decay-after",
+        "15",
+        "--decay-over",
+        "1",
+        "--decay-once",
+        "/tmp/decayed",
+    )
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    wait_for(
+        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
+    )
+    # recorded from after the baseline was learnt: record still writes the baseline's canary
+    trace = daemon.config.parent / "day.jsonl"
+    recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
+    (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
+    assert run["result"] == "ok"
+    why = run["plan"]["why"]
+    assert why.startswith("drafting canary at ") and "math " in why and "prose " in why
+    shown = run_cli(daemon.config, "history").stdout
+    assert "why: drafting canary at" in shown
+    # the restarted engine drafts as before: a new baseline, and no second restart
+    ended = datetime.fromisoformat(run["ended_at"]).timestamp()
+    wait_for(
+        "two valid canaries after the restart",
+        lambda: sum(c["valid"] for c in canaries(daemon) if c["t"] > ended) >= 2,
+        timeout=60,
+    )
+    assert len(daemon.runs_with("acceptance", finished=False)) == 1
+    recorder.send_signal(signal.SIGTERM)
+    assert recorder.wait(timeout=30) == 0
+    # the recorded day, replayed, decides what the daemon decided, and for the same reason
+    replayed = json.loads(run_cli(daemon.config, "replay", str(trace), "--json").stdout)
+    assert [(f["by"], f["why"]) for f in replayed["fires"]] == [("canary", why)]
+    assert replayed["canaries"] >= 4
 
 
 def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:

@@ -56,8 +56,15 @@ def facts(
     gave_up: GaveUp | None = None,
     runs: tuple[PastRun, ...] = (),
     reset_at: float = 0.0,
+    at: float = T,
 ) -> Recorded:
-    return Recorded(hold, gave_up, runs, reset_at, None, None, [], T)
+    """The journal's facts as read at ``at``: the gate at ``t`` admits only on ones read then."""
+    return Recorded(hold, gave_up, runs, reset_at, None, None, [], at)
+
+
+def now(known: Recorded, t: float) -> Recorded:
+    """The same facts, read again at ``t``."""
+    return replace(known, read_at=t)
 
 
 def pending(reason: Reason, t: float = T) -> Mind:
@@ -113,7 +120,7 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
     assert "operator_stopped" in events(said)
     # a trigger meanwhile is refused, and says why
     mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
-    mind, said = decide.gate(mind, facts(), None, None, T + 4, CFG)
+    mind, said = decide.gate(mind, facts(at=T + 4), None, None, T + 4, CFG)
     assert mind.pending is None and restarts(said) == []
     refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
     assert refused[0].fields["refused"] == "vllm was stopped by hand"
@@ -135,13 +142,38 @@ def test_a_die_that_is_up_again_is_left_alone() -> None:
 def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
     low = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "pause_voice"})
     seen = Observation(T, up_since(7200), "", Memory(4.0, 128.0))
-    mind, intents = decide.on_tick(Mind(), seen, low)
+    mind, intents = decide.on_look(Mind(), seen, low)
     assert not any(isinstance(i, do.QuietVoiceForMemory) for i in intents)
-    mind, intents = decide.on_tick(mind, replace(seen, t=T + 61), low)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 61), low)
     assert do.QuietVoiceForMemory() in intents
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["memory_floor"]
-    mind, intents = decide.on_tick(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 62, memory=Memory(30, 128)), low)
     assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
+
+
+def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
+    from sparkwarden import canary
+    from sparkwarden.metrics import SpecDecode
+
+    on = cfg(acceptance={"enabled": True, "canary_idle": "20s"})
+    spec = SpecDecode(100.0, 500.0, 200.0, (80.0, 50.0, 40.0, 20.0, 10.0), 1.0)
+    idle = Scrape(EngineMetrics(spec, 0.0, 0.0, 300.0), "ok")
+    assert decide.canary_owed(Mind(), T, on)  # the observer reads /metrics every tick
+    mind, intents = decide.on_scrape(Mind(), idle, T, on)
+    mind, intents = decide.on_scrape(mind, idle, T + 25, on)
+    assert do.TakeCanary(T + 25) in intents
+
+    def taken(t: float, accepted: float) -> canary.Round:
+        reading = canary.Reading("math", True, "valid", 40.0, 200.0, accepted, (0.5,), 1.0)
+        return canary.Round(t, (reading,), 1.0)
+
+    mind, intents = decide.on_canary(mind, taken(T + 25, 100.0), "vllm", on)
+    assert "drafting_canary" in events(intents) and mind.canary.baseline == (("math", 0.5),)
+    mind, _ = decide.on_canary(mind, taken(T + 400, 40.0), "vllm", on)
+    assert mind.pending is None  # one low canary is not enough
+    mind, intents = decide.on_canary(mind, taken(T + 800, 40.0), "vllm", on)
+    assert mind.pending is not None and mind.pending.reason == "acceptance"
+    assert mind.pending.why.startswith("drafting canary at 0.40")
 
 
 # --- the gates -----------------------------------------------------------------------------------
@@ -194,7 +226,7 @@ def test_backoff_after_a_failed_run_keeps_it_pending_then_lets_it_through() -> N
     runs = (PastRun("crash", "failed", T - 100, T - 60),)
     mind, intents = decide.gate(pending("crash"), facts(runs=runs), None, None, T, CFG)
     assert mind.pending is not None and intents == []  # 60 s into a 120 s backoff
-    mind, intents = decide.gate(mind, facts(runs=runs), None, None, T + 61, CFG)
+    mind, intents = decide.gate(mind, facts(runs=runs, at=T + 61), None, None, T + 61, CFG)
     assert mind.pending is None and len(restarts(intents)) == 1
 
 
@@ -204,10 +236,10 @@ def test_drain_waits_for_quiet_then_goes() -> None:
     assert decide.wants_drain_sample(mind, known, active, T, CFG)
     mind, said = decide.gate(mind, known, active, BUSY, T, CFG)
     assert events(said) == ["draining"] and state(mind, known) == "draining"
-    mind, said = decide.gate(mind, known, active, IDLE, T + 10, CFG)
-    mind, said = decide.gate(mind, known, active, IDLE, T + 39, CFG)
+    mind, said = decide.gate(mind, now(known, T + 10), active, IDLE, T + 10, CFG)
+    mind, said = decide.gate(mind, now(known, T + 39), active, IDLE, T + 39, CFG)
     assert restarts(said) == [] and mind.pending is not None
-    mind, said = decide.gate(mind, known, active, IDLE, T + 40, CFG)
+    mind, said = decide.gate(mind, now(known, T + 40), active, IDLE, T + 40, CFG)
     assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
     assert mind.pending is None and state(mind, known) == "idle"
 
@@ -215,15 +247,43 @@ def test_drain_waits_for_quiet_then_goes() -> None:
 def test_drain_goes_at_its_deadline_however_busy() -> None:
     known, active = facts(), up_since(7200)
     mind, _ = decide.gate(pending("acceptance"), known, active, BUSY, T, CFG)
-    mind, said = decide.gate(mind, known, active, BUSY, T + 599, CFG)
+    mind, said = decide.gate(mind, now(known, T + 599), active, BUSY, T + 599, CFG)
     assert restarts(said) == []
-    mind, said = decide.gate(mind, known, active, BUSY, T + 600, CFG)
+    mind, said = decide.gate(mind, now(known, T + 600), active, BUSY, T + 600, CFG)
     assert len(restarts(said)) == 1 and "drain deadline" in str(said)
 
 
 def test_drain_without_request_gauges_goes_at_once() -> None:
-    mind, said = decide.gate(pending("uptime"), facts(), up_since(7200), None, T, CFG)
+    no_gauges = Scrape(None, "no vllm:num_requests_running")
+    mind, said = decide.gate(pending("uptime"), facts(), up_since(7200), no_gauges, T, CFG)
     assert len(restarts(said)) == 1 and mind.pending is None
+
+
+def test_drain_with_no_reading_at_all_waits_for_its_deadline() -> None:
+    """Docker could not be inspected mid-drain, so nothing was read: unknown is not quiet."""
+    known, active = facts(), up_since(7200)
+    mind, _ = decide.gate(pending("uptime"), known, active, IDLE, T, CFG)
+    assert not decide.wants_drain_sample(mind, now(known, T + 31), None, T + 31, CFG)
+    mind, said = decide.gate(mind, now(known, T + 31), None, None, T + 31, CFG)
+    assert restarts(said) == [] and state(mind, known) == "draining"
+    mind, said = decide.gate(mind, now(known, T + 599), None, None, T + 599, CFG)
+    assert restarts(said) == []
+    mind, said = decide.gate(mind, now(known, T + 600), None, None, T + 600, CFG)
+    assert len(restarts(said)) == 1 and "drain deadline" in str(said)
+
+
+def test_the_gate_admits_only_on_facts_read_at_its_moment() -> None:
+    """A die queued ahead of an operator's hold (and its WAKE): the journal read before the hold
+    was written must not let the crash restart through."""
+    mind, _ = decide.on_event(Mind(), die(T + 5), CFG)
+    stale = facts()  # read at T, before the operator's hold
+    assert not decide.wants_drain_sample(mind, stale, None, T + 6, CFG)
+    kept, said = decide.gate(mind, stale, None, None, T + 6, CFG)
+    assert restarts(said) == [] and kept.pending == mind.pending
+    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 6)
+    mind, said = decide.gate(mind, held, None, None, T + 6, CFG)
+    assert mind.pending is None and restarts(said) == []
+    assert "trigger_refused" in events(said)
 
 
 def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
@@ -231,7 +291,7 @@ def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
     active = up_since(7200)
     mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     assert state(mind, facts()) == "draining"
-    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"))
+    held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 5)
     assert not decide.wants_drain_sample(mind, held, active, T + 5, CFG)
     mind, said = decide.gate(mind, held, active, None, T + 5, CFG)
     assert mind.pending is None and restarts(said) == []
@@ -242,8 +302,8 @@ def test_an_urgent_trigger_mid_drain_goes_without_draining() -> None:
     active = up_since(7200)
     mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     mind, _ = decide.want(mind, "crash", "died", T + 1)
-    assert not decide.wants_drain_sample(mind, facts(), active, T + 1, CFG)
-    mind, said = decide.gate(mind, facts(), active, None, T + 1, CFG)
+    assert not decide.wants_drain_sample(mind, facts(at=T + 1), active, T + 1, CFG)
+    mind, said = decide.gate(mind, facts(at=T + 1), active, None, T + 1, CFG)
     assert restarts(said) == [do.Restart("crash", "died")]
 
 
@@ -301,15 +361,15 @@ def test_a_watched_gateway_failing_while_the_engine_answers_is_told_never_restar
         check = HealthCheck(Health("up", "HTTP 200"), engine, IDLE.engine, gateway)
         return Observation(t, up_since(3600), "", Memory(100.0, 121.0), None, check)
 
-    mind, intents = decide.on_tick(
+    mind, intents = decide.on_engine(
         Mind(), look(ChatOutcome(False, "HTTP 502: Bad Gateway"), T), watched
     )
     assert mind.pending is None and not restarts(intents)
     assert events(intents) == ["gateway_failed"]
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gateway_failed"]
-    mind, intents = decide.on_tick(mind, look(ChatOutcome(False, "HTTP 502"), T + 600), watched)
+    mind, intents = decide.on_engine(mind, look(ChatOutcome(False, "HTTP 502"), T + 600), watched)
     assert intents == [] and mind.gateway.failing_since == T  # told once per episode
-    mind, _ = decide.on_tick(mind, look(ChatOutcome(True, "answered 'ready'"), T + 1200), watched)
+    mind, _ = decide.on_engine(mind, look(ChatOutcome(True, "answered 'ready'"), T + 1200), watched)
     assert mind.gateway.ok is True
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from sparkwarden import locate
 from sparkwarden.adapters.host import GIB, Host
-from sparkwarden.config import load
+from sparkwarden.config import ControlConfig, StateConfig, load
 from sparkwarden.errors import ConfigError
 from tests.commands import ROOT
 
@@ -48,6 +48,56 @@ def test_a_bad_file_is_named_with_what_is_wrong(tmp_path: Path, text: str, named
     with pytest.raises(ConfigError, match=named) as caught:
         locate.places(cfg)
     assert str(cfg) in str(caught.value)
+
+
+def test_its_keys_are_the_schemas() -> None:
+    assert set(locate.KEYS["state"]) == set(StateConfig.model_fields)
+    assert set(locate.KEYS["control"]) == set(ControlConfig.model_fields)
+
+
+BASE = '[llm]\ncontainers = ["v"]\nbase_url = "http://127.0.0.1:9"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('[state]\ndri = "/x"\n', "state.dri: unknown key"),
+        ('[control]\nsockett = "/x"\n', "control.sockett: unknown key"),
+        ("[control]\ngroup = 5\n", "control.group"),
+        ("[state]\ndir = 5\n", "state.dir"),
+        ('[state]\ndir = ["/x"]\n', "state.dir"),
+        ('[state]\ndir = ""\n', None),
+        ('[control]\nsocket = ""\n', None),
+        ('[control]\ngroup = ""\nsocket = "s"\n', None),
+    ],
+)
+def test_the_tables_it_reads_are_judged_as_the_schema_judges_them(
+    tmp_path: Path, text: str, named: str | None
+) -> None:
+    """A typo is refused naming the key (not passed over for the default dir); what the schema
+    takes, locate takes, to the same place."""
+    cfg = write(tmp_path / "c.toml", BASE + text)
+    if named is None:
+        config = load(cfg)
+        assert locate.places(cfg) == locate.Places(config.state.dir, config.control.socket)
+        return
+    for read in (locate.places, load):
+        with pytest.raises(ConfigError, match=named) as caught:
+            read(cfg)
+        assert str(cfg) in str(caught.value)
+
+
+def test_status_refuses_a_typo_with_exit_2(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.toml", f'{BASE}[state]\ndri = "{tmp_path}/st"\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "sparkwarden", "--config", str(cfg), "status"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "state.dri: unknown key" in out.stdout + out.stderr
 
 
 def test_memory_is_what_psutil_would_read() -> None:

@@ -88,11 +88,14 @@ def test_replay_cli_json_and_text(tmp_path: Path, make_config: Any) -> None:
         day(6, interval=60.0, decay_onset=10.0, decay_drop=0.7, decay_hours=0.1),
         tmp_path / "drop.jsonl",
     )
-    config = make_config(["vllm-a"], 8000, [])
+    confirming = run_cli(make_config(["vllm-a"], 8000, []), "replay", str(trace))
+    assert "0 canary(ies), 0 fire(s)" in confirming.stdout  # the default waits for a canary
+    assert "replay: no canary in this trace" in confirming.stdout
+    config = make_config(["vllm-a"], 8000, [], acceptance={"confirm": "none"})
     result = run_cli(config, "replay", str(trace), "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["windows"] > 50 and out["fires"]
+    assert out["windows"] > 50 and out["fires"] and out["fires"][0]["by"] == "passive"
     assert set(out["fires"][0]) >= {"t", "reason", "acceptance", "baseline", "health"}
     assert out["fires"][0]["acceptance"] < out["fires"][0]["baseline"]
     text = run_cli(config, "replay", str(trace)).stdout
@@ -104,6 +107,9 @@ def test_replay_names_the_bad_line(tmp_path: Path, make_config: Any) -> None:
     trace.write_text('{"t": 1, "metrics": ""}\nnot json\n')
     result = run_cli(make_config(["vllm-a"], 8000, []), "replay", str(trace))
     assert result.returncode == 1 and f"{trace}:2: not a scrape" in result.stderr
+    trace.write_text('{"t": 1, "canary": {"t": 1}}\n')
+    result = run_cli(make_config(["vllm-a"], 8000, []), "replay", str(trace))
+    assert result.returncode == 1 and "nor a canary" in result.stderr
 
 
 @pytest.mark.docker

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparkwarden.adapters.vllm import chat_body, first_model, interpret_chat
+from sparkwarden.adapters.vllm import chat_body, completion_tokens, first_model, interpret_chat
 
 
 def answer(content: object = "ready", finish: object = "stop") -> str:
@@ -73,3 +73,27 @@ def test_first_model() -> None:
     assert first_model({"object": "list", "data": [{"id": "qwen"}]}) == "qwen"
     assert first_model({"data": []}) is None
     assert first_model("nonsense") is None
+
+
+def test_the_drafting_canary_is_greedy_seeded_bounded_and_thinks_not() -> None:
+    body = chat_body("m", max_tokens=128, prompt="a math prompt", seed=7)
+    assert body["temperature"] == 0 and body["seed"] == 7 and body["max_tokens"] == 128
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["messages"] == [{"role": "user", "content": "a math prompt"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        ({"usage": {"completion_tokens": 97, "prompt_tokens": 20}}, 97),
+        ({"usage": {}}, None),
+        ({"usage": {"completion_tokens": "97"}}, None),
+        ({"usage": {"completion_tokens": True}}, None),
+        ({}, None),
+    ],
+)
+def test_completion_tokens_come_only_from_a_well_formed_usage(
+    body: dict[str, object], tokens: int | None
+) -> None:
+    assert completion_tokens(json.dumps(body)) == tokens
+    assert completion_tokens("<html>") is None

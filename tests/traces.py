@@ -3,12 +3,15 @@ exactly like ``sparkwarden record`` writes them.
 
 The model (FIELD-NOTES): each prompt class has its own position-0 acceptance and per-request
 throughput (math 78 % at 77.7 tok/s, code 75 %, mixed 52 % at 31.9 tok/s, prose 30 % at 25.7
-tok/s); later positions are accepted less (each given the one before at ``KAPPA`` x the
-position-0 rate); the class mix and the load change by hour, nights are idle, some hours run
-long contexts (acceptance x 0.8, and the KV cache per request ~25x fuller); the engine restarts
-reset its counters; and an optional decay multiplies every position's acceptance by a factor
-falling linearly from 1 to ``1 - decay_drop`` over ``decay_hours`` from ``decay_onset`` (hours
-after the trace starts).
+tok/s); later positions follow a law of depth (``LAWS``: the shape model's own geometric one,
+or one whose deeper positions are conditionally easier, like the field's mixed-traffic curve);
+the class mix and the load change by hour, nights are idle, some hours run long contexts
+(acceptance x 0.8, and the KV cache per request ~25x fuller unless ``kv_signal`` is off); the
+engine restarts reset its counters; and an optional decay (``DECAYS``: whole drafts spoilt,
+acceptance lowered per token, or only on the high-volume prompts) leaves a share of the
+acceptance falling linearly from 1 to ``1 - decay_drop`` over ``decay_hours`` from
+``decay_onset`` (hours after the trace starts). :func:`canary_round` is the drafting canary the
+daemon would take at a given moment of such a day.
 """
 
 from __future__ import annotations
@@ -17,13 +20,13 @@ import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.standin.vllm_standin import Counters, exposition
+from sparkwarden.canary import Reading, Round
+from tests.standin.vllm_standin import Counters, conditional, exposition, prompt_class
 
 K = 5
-KAPPA = 0.8
 #: tokens the KV cache holds (vllm:kv_cache_usage_perc = tokens held / this)
 KV_TOKENS = 600_000.0
 #: context per request: ordinary chat, and a long-context phase
@@ -39,9 +42,57 @@ CLASSES: dict[str, tuple[float, float]] = {
 }
 
 
-def profile(alpha0: float) -> list[float]:
-    """Acceptance of positions 0..K-1 for one class (each given the previous)."""
-    return [alpha0 * (KAPPA * alpha0) ** i for i in range(K)]
+#: how acceptance falls with depth: ``geometric`` is the shape model's own assumption;
+#: ``deeper-easier`` (the stand-in's) has a text's deeper positions, once reached, accepted more
+#: often than its first, as the field's mixed-traffic curve 51.8, 32.3, 20.4, 12.4, 8.1 % does
+Law = str
+LAWS: tuple[Law, ...] = ("geometric", "deeper-easier")
+#: how a decay acts: spoiling a share of the drafts whole, lowering every position's
+#: acceptance, or only on the high-volume prompts (prefix-cache related: never the canary's)
+DECAYS = ("whole", "per-token", "hot")
+#: the share of the users' traffic the high-volume prompts make up
+HOT_SHARE = 0.5
+
+
+def profile(alpha0: float, law: Law = "geometric") -> list[float]:
+    """Acceptance of positions 0..K-1 for one class: the share of drafts reaching each."""
+    reached, out = 1.0, []
+    for c in conditional(alpha0, K, law):
+        reached *= c
+        out.append(reached)
+    return out
+
+
+def decayed(alpha0: float, law: Law, kind: str, left: float, single: bool = False) -> list[float]:
+    """A class's per-position acceptance when the decay has left ``left`` of its acceptance
+    (``single``: one request, such as a canary, which is never a high-volume prompt)."""
+    healthy = profile(alpha0, law)
+    if left >= 1.0:
+        return healthy
+    if kind == "per-token":  # each position's conditional acceptance times f, f chosen so that
+        lo, hi = 0.0, 1.0  # the class's acceptance is ``left`` of what it was
+        for _ in range(40):
+            f = (lo + hi) / 2
+            kept = sum(p * f ** (i + 1) for i, p in enumerate(healthy)) / sum(healthy)
+            lo, hi = (f, hi) if kept < left else (lo, f)
+        return [p * lo ** (i + 1) for i, p in enumerate(healthy)]
+    if kind == "hot":  # whole drafts spoilt, on the high-volume share only
+        return healthy if single else [p * (1 - HOT_SHARE + HOT_SHARE * left) for p in healthy]
+    return [p * left for p in healthy]
+
+
+#: an idle spell long enough for a canary: ``canary_idle`` (20 s) and a tick to see it
+IDLE_SPELL = 25.0
+#: a request lasts about this long (a few hundred tokens at 25-80 tok/s)
+REQUEST_S = 20.0
+
+
+def idle_rate(load: float, spell: float = IDLE_SPELL) -> float:
+    """Idle spells of at least ``spell`` seconds per second, with ``load`` requests running on
+    average: Poisson arrivals (rate load/REQUEST_S), the engine idle a share exp(-load) of the
+    time, and a spell outlasting ``spell`` with probability exp(-rate x spell)."""
+    arrivals = load / REQUEST_S
+    return arrivals * math.exp(-load) * math.exp(-arrivals * spell)
 
 
 @dataclass
@@ -61,6 +112,14 @@ class Scenario:
     decay_onset: float | None = None
     decay_drop: float = 0.6
     decay_hours: float = 6.0
+    law: Law = "geometric"
+    decay_kind: str = "whole"
+    #: False: long-context phases leave the KV-cache gauge as in ordinary chat (no signal)
+    kv_signal: bool = True
+    #: True: idle spells long enough for a canary come at ``idle_rate(load)``; each shows as
+    #: two idle scrapes ``IDLE_SPELL`` apart; False: the gauges follow the load
+    idle_gaps: bool = False
+    idle_spell: float = IDLE_SPELL
 
     def decay(self, hours_in: float) -> float:
         if self.decay_onset is None or hours_in < self.decay_onset:
@@ -88,6 +147,7 @@ def _count(rng: random.Random, mean: float) -> float:
 
 def lines(s: Scenario) -> Iterator[dict[str, object]]:
     rng = random.Random(s.seed)
+    gaps = random.Random(s.seed + 7)  # its own stream: the traffic is the same either way
     drafts = draft_tokens = accepted = generation = 0.0
     per_pos = [0.0] * K
     created = s.start
@@ -103,16 +163,16 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
             created = t
         hour = int((t % 86400) / 3600) % 24
         running = max(0.0, rng.gauss(s.load.get(hour, 0.0), 0.5)) if s.load.get(hour) else 0.0
-        factor = s.decay(hours_in)
+        left, long_factor = s.decay(hours_in), 1.0
         context = s.context.get(hour, CHAT_CONTEXT)
         if any(a <= hours_in < b for a, b in s.long_context):
-            factor *= 0.8
-            context = LONG_CONTEXT
+            long_factor = 0.8
+            context = LONG_CONTEXT if s.kv_signal else context
         if n and running:
             for name, weight in s.mix.get(hour, {"mixed": 1.0}).items():
                 alpha0, tps = CLASSES[name]
-                probs = [p * factor for p in profile(alpha0)]
-                healthy_gain = 1 + sum(profile(alpha0))
+                probs = [p * long_factor for p in decayed(alpha0, s.law, s.decay_kind, left)]
+                healthy_gain = 1 + sum(profile(alpha0, s.law))
                 # Steps per second are set by compute; each step drafts once per request.
                 step_rate = tps / healthy_gain * math.exp(rng.gauss(0, 0.1))
                 d = running * weight * step_rate * s.interval
@@ -125,6 +185,12 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
                 accepted += sum(hits)
                 generation += d + sum(hits)
         kv_cache = min(1.0, round(running) * context * rng.uniform(0.8, 1.2) / KV_TOKENS)
+        load = s.load.get(hour, 0.0)
+        spell = (
+            s.idle_gaps and load > 0 and gaps.random() < -math.expm1(-idle_rate(load) * s.interval)
+        )
+        if spell:
+            running = kv_cache = 0.0
         counters = Counters(
             drafts,
             draft_tokens,
@@ -136,7 +202,59 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
             created,
             kv_cache,
         )
-        yield {"t": t, "metrics": exposition(counters, MODEL)}
+        text = exposition(counters, MODEL)
+        if spell:  # the daemon, wanting a canary, looks every few seconds: it saw the spell begin
+            yield {"t": t - s.idle_spell, "metrics": text}
+        yield {"t": t, "metrics": text}
+
+
+def canary_round(
+    s: Scenario, t: float, created: float | None, prompts: dict[str, str], max_tokens: int
+) -> Round:
+    """The drafting canary the daemon would take at ``t``: greedy, so each prompt draws the
+    same numbers every time (deterministic on an idle engine); a decay moves the thresholds.
+    Its own short context: long-context phases do not touch it."""
+    left = s.decay((t - s.start) / 3600)
+    readings = []
+    for name, text in prompts.items():
+        alpha0, tps = CLASSES[prompt_class(text)]
+        marginal = decayed(alpha0, s.law, s.decay_kind, left, single=True)
+        cond = [p / (marginal[i - 1] if i else 1.0) for i, p in enumerate(marginal)]
+        rng = random.Random(text)
+        drafts, hits, made = 0, [0] * K, 0
+        while made < max_tokens:
+            drafts += 1
+            accepted = 0
+            for i, c in enumerate(cond):
+                if rng.random() >= c or made + accepted + 1 >= max_tokens:
+                    break
+                hits[i] += 1
+                accepted += 1
+            made += accepted + 1
+        step_s = (1 + sum(profile(alpha0, s.law))) / tps  # one request's pace, from the field
+        readings.append(
+            Reading(
+                name,
+                True,
+                "valid",
+                drafts=float(drafts),
+                draft_tokens=float(drafts * K),
+                accepted=float(sum(hits)),
+                per_pos=tuple(h / drafts for h in hits),
+                seconds=drafts * step_s,
+            )
+        )
+    # a user who arrives while it runs spoils it (the daemon discards it and tries again)
+    hour = int((t % 86400) / 3600) % 24
+    arrivals = s.load.get(hour, 0.0) / REQUEST_S
+    if random.Random(f"{s.seed}|{t}").random() > math.exp(
+        -arrivals * sum(r.seconds for r in readings)
+    ):
+        spoilt = replace(
+            readings[-1], valid=False, why="other requests running or waiting after it"
+        )
+        readings[-1] = spoilt
+    return Round(t, tuple(readings), created)
 
 
 def write(s: Scenario, path: Path) -> Path:
@@ -159,8 +277,15 @@ def day(seed: int, evening: str = "mixed", **extra: object) -> Scenario:
     return Scenario(seed=seed, mix=mix, load=dict(DAY_LOAD), **extra)  # type: ignore[arg-type]
 
 
-def random_day(seed: int, decay: bool) -> Scenario:
-    """The scoring corpus: a different mix and load every day; decay from a random hour."""
+def random_day(
+    seed: int,
+    decay: bool,
+    law: Law = "geometric",
+    decay_kind: str = "whole",
+    kv_signal: bool = True,
+) -> Scenario:
+    """The scoring corpus: a different mix and load every day; decay from a random hour; the
+    engine idle now and then (``idle_gaps``), so a canary can be taken."""
     rng = random.Random(seed)
     names = list(CLASSES)
     mix: dict[int, dict[str, float]] = {}
@@ -178,7 +303,17 @@ def random_day(seed: int, decay: bool) -> Scenario:
     if rng.random() < 0.5:
         begin = rng.uniform(6, 20)
         long_context.append((begin, begin + rng.uniform(0.5, 2.0)))
-    scenario = Scenario(seed=seed, mix=mix, load=load, context=context, long_context=long_context)
+    scenario = Scenario(
+        seed=seed,
+        mix=mix,
+        load=load,
+        context=context,
+        long_context=long_context,
+        law=law,
+        decay_kind=decay_kind,
+        kv_signal=kv_signal,
+        idle_gaps=True,
+    )
     if decay:
         scenario.decay_onset = rng.uniform(2.0, 18.0)
         scenario.decay_drop = rng.uniform(0.4, 0.8)

@@ -71,6 +71,8 @@ class Hands:
                     self._resume_voice_after_memory()
                 case do.Restart(reason, why):
                     ended = self.sequence(reason, why)
+                case do.TakeCanary():
+                    pass  # a read, not an act: the daemon hands it to the observer
         return ended, wrote
 
     def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> do.RunEnded | None:
@@ -95,7 +97,7 @@ class Hands:
 
         outcome = None
         try:
-            outcome = sequence.restart(self.config, reason, self.parts, observer=observe)
+            outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
         finally:
             self.run_lock.release()
             self.step = None

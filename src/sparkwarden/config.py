@@ -244,6 +244,15 @@ class HealthConfig(_Section):
     stall_after: PositiveDuration = 300.0
 
 
+#: The drafting canary's shipped prompts: math, code and prose, each long enough to draft a
+#: hundred tokens greedily.
+CANARY_PROMPTS: dict[str, str] = {
+    "math": "Compute 37 * 43 step by step, then check the result by long division.",
+    "code": "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "prose": "Describe a walk along a quiet harbour at dawn in one paragraph.",
+}
+
+
 class AcceptanceConfig(_Section):
     """Drafting health against the baseline learnt after each restart (see acceptance.py);
     defaults scored in benchmarks/score_acceptance.py."""
@@ -257,11 +266,33 @@ class AcceptanceConfig(_Section):
     recover_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
     consecutive: Annotated[int, Field(ge=1)] = 2
     long_context: Annotated[float, Field(gt=1)] = 4.0
+    #: what a low passive estimate needs before it restarts: "canary" (a greedy canary on fixed
+    #: prompts, taken while the engine is idle, must confirm it) or "none" (act on the passive
+    #: estimate alone: a workload whose deeper positions behave unlike the model can fire it)
+    confirm: Literal["canary", "none"] = "canary"
+    #: the engine must have had nothing running or waiting this long before a canary is sent
+    canary_idle: PositiveDuration = 20.0
+    #: at most one canary this often...
+    canary_interval: PositiveDuration = 1800.0
+    #: ...or this often while the passive estimate is suspicious
+    canary_soon: PositiveDuration = 300.0
+    #: suspicious this long without one valid canary: said in status, still not acted on
+    canary_max_wait: PositiveDuration = 7200.0
+    canary_max_tokens: Annotated[int, Field(ge=16, le=4096)] = 128
+    canary_seed: int = 0
+    #: one request per prompt per canary, greedy; a few classes so one odd prompt cannot decide
+    canary_prompts: Annotated[dict[str, str], Field(min_length=1)] = Field(
+        default_factory=lambda: dict(CANARY_PROMPTS)
+    )
 
     @model_validator(mode="after")
     def _hysteresis(self) -> AcceptanceConfig:
         if self.recover_fraction < self.fraction:
             raise ValueError("recover_fraction must be at least fraction (it is the hysteresis)")
+        if self.canary_soon > self.canary_interval:
+            raise ValueError("canary_soon must be at most canary_interval (it is the sooner one)")
+        if any(not text.strip() for text in self.canary_prompts.values()):
+            raise ValueError("canary_prompts: every prompt needs some text")
         return self
 
 

@@ -29,7 +29,7 @@ from sparkwarden.control import ControlServer
 from sparkwarden.errors import LockBusy
 from sparkwarden.facts import Kept
 from sparkwarden.handlers import WAKE, Handlers, ManualCall
-from sparkwarden.intents import RunEnded
+from sparkwarden.intents import RunEnded, TakeCanary
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
 from sparkwarden.observe import MARGIN, Observation, Observer, Recorded, read_journal
@@ -189,12 +189,20 @@ class Daemon:
             self._manual(item)
 
     def _tick(self, t: float) -> None:
-        last_container = self.facts.last_container
-        self.seen = self.observer.tick(t, last_container)
-        self._decide(decide.on_tick(self.mind, self.seen, self.config))
+        """Docker and memory first, acted on at once (a memory floor pauses voice now), then the
+        engine's slow HTTP reads."""
+        self.seen = self.observer.look(t, self.facts.last_container)
+        self._decide(decide.on_look(self.mind, self.seen, self.config))
+        eager = decide.canary_owed(self.mind, t, self.config)
+        self.seen = self.observer.engine(self.seen, eager=eager)
+        self._decide(decide.on_engine(self.mind, self.seen, self.config))
 
     def _gate(self, t: float) -> None:
-        """A pending restart through its gates; a planned one reads the requests it drains."""
+        """A pending restart through its gates, on the journal as it is now (an operator's hold
+        may be written while a WAKE still waits in the queue); a planned one reads the requests
+        it drains."""
+        if self.mind.pending is not None:
+            self.facts = self._read_journal(t)
         active = self.seen.active if self.seen else None
         mind, facts, cfg = self.mind, self.facts, self.config
         sample = (
@@ -224,6 +232,12 @@ class Daemon:
         ended, wrote = self.hands.carry_out(intents)
         if wrote:
             self.facts = self._read_journal()
+        for take in [i for i in intents if isinstance(i, TakeCanary)]:  # a read: the observer's
+            taken = self.observer.drafting_canary(take.t)
+            if taken is not None:
+                active = self.seen.active if self.seen else None
+                subject = active.name if active else "llm"
+                self._decide(decide.on_canary(self.mind, taken, subject, self.config))
         if ended is not None:
             self._after_run(ended)
 
@@ -241,8 +255,9 @@ class Daemon:
 
     # --- reporting -----------------------------------------------------------------------------
 
-    def _read_journal(self) -> Recorded:
-        return read_journal(self.kept, time.time(), self.config.budget.window)
+    def _read_journal(self, t: float | None = None) -> Recorded:
+        now = time.time() if t is None else t
+        return read_journal(self.kept, now, self.config.budget.window)
 
     def _publish(self, running: bool = True) -> str:
         if time.time() - self.facts.read_at >= 60:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from apscheduler.triggers.base import BaseTrigger
 
-from sparkwarden import acceptance, triggers
+from sparkwarden import acceptance, canary, triggers
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState
 from sparkwarden.facts import GaveUp
@@ -34,6 +34,7 @@ from sparkwarden.intents import (
     ResumeVoiceAfterMemory,
     RunEnded,
     Say,
+    TakeCanary,
 )
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.schedule import missed_run_due, next_fire
@@ -63,6 +64,7 @@ class Mind:
     health: HealthState = field(default_factory=HealthState)
     memory: triggers.MemoryState = field(default_factory=triggers.MemoryState)
     acc: acceptance.AcceptanceState = field(default_factory=acceptance.AcceptanceState)
+    canary: canary.CanaryState = field(default_factory=canary.CanaryState)
     gateway: triggers.GatewayWatch = field(default_factory=triggers.GatewayWatch)
     last_run_end: float = 0.0  # Docker events before this were our own stop and start
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
@@ -129,8 +131,9 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
     return mind, intents + more
 
 
-def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
-    """One look at the box: the memory floor, uptime, acceptance and health."""
+def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What Docker and the host said: the memory floor and uptime. The loop acts on this before
+    it reads the engine, so a floor pauses voice without waiting on slow HTTP reads."""
     t = seen.t
     intents: list[Intent] = []
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
@@ -147,6 +150,14 @@ def on_tick(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     if why := triggers.uptime_due(seen.active if seen.running else None, now, cfg.watch.max_uptime):
         mind, more = want(mind, "uptime", why, t)
         intents += more
+    return mind, intents
+
+
+def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """What the engine said, when its reads were due: acceptance and health."""
+    t = seen.t
+    intents: list[Intent] = []
+    now = datetime.fromtimestamp(t, UTC)
     if seen.scrape is not None:
         mind, more = on_scrape(mind, seen.scrape, t, cfg)
         intents += more
@@ -205,19 +216,45 @@ def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decisi
 
 
 def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
-    """A /metrics read: one more look for the acceptance trigger."""
+    """A /metrics read: one more look for the acceptance trigger. With a canary to confirm
+    (the default), a low passive estimate only makes the canary come sooner."""
     if not cfg.acceptance.enabled:
         return mind, []
-    acc, fire = acceptance.observe(mind.acc, scrape.engine, t, cfg.acceptance)
+    decided = canary.on_scrape(mind.acc, mind.canary, scrape.engine, t, cfg.acceptance)
     intents: list[Intent] = []
-    if mind.acc.available and not acc.available:
+    if mind.acc.available and not decided.passive.available:
         why = scrape.note if scrape.engine is None else "no spec-decode series"
         intents.append(Say("warning", "acceptance_trigger_off", {"why": why}))
-    mind = replace(mind, acc=acc)
-    if fire:
-        mind, more = want(mind, "acceptance", fire.why, t)
+    if decided.suspect:
+        intents.append(Say("warning", "drafting_suspect", {"why": decided.suspect}))
+    mind = replace(mind, acc=decided.passive, canary=decided.canary)
+    if decided.due:
+        intents.append(TakeCanary(t))
+    if decided.fire:
+        mind, more = want(mind, "acceptance", decided.fire, t)
         intents += more
     return mind, intents
+
+
+def on_canary(mind: Mind, taken: canary.Round, subject: str, cfg: Config) -> Decision:
+    """A drafting canary's outcome: the only thing that restarts for ``acceptance`` by default."""
+    decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
+    state, tell = canary.tell(decided.canary, cfg.acceptance)
+    mind = replace(mind, canary=state)
+    said = {"t": taken.t, "valid": taken.valid, "note": state.note}
+    intents: list[Intent] = [Say("info", "drafting_canary", said)]
+    if tell:
+        intents.append(Notify("drafting_suspect", subject, tell))
+    if decided.fire:
+        mind, more = want(mind, "acceptance", decided.fire, taken.t)
+        intents += more
+    return mind, intents
+
+
+def canary_owed(mind: Mind, t: float, cfg: Config) -> bool:
+    """A drafting canary is owed: the observer reads /metrics every tick until it finds the
+    engine idle."""
+    return cfg.acceptance.enabled and canary.wanted(mind.canary, t, cfg.acceptance)
 
 
 def on_clock(mind: Mind, now: datetime, crontab: BaseTrigger | None, cfg: Config) -> Decision:
@@ -274,10 +311,15 @@ Verdict = Literal["none", "dropped", "wait", "go"]
 def _admit(
     mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
 ) -> tuple[Mind, list[Intent], Verdict]:
-    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget."""
+    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
+
+    It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
+    ones keep the restart waiting, so a loop that forgot to read them again restarts nothing."""
     pending = mind.pending
     if pending is None:
         return mind, [], "none"
+    if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
+        return mind, [], "wait"
     intents: list[Intent] = []
     hold = facts.hold
     if hold is not None and hold.over(t):
@@ -344,8 +386,10 @@ def gate(
         if sample is not None:
             mind, more = on_scrape(mind, sample, t, cfg)
             intents += more
-        engine = sample.engine if sample is not None else None
-        drain, go = triggers.drain_observe(drain, engine, t, cfg.drain)
+        if sample is None:  # no reading this pass (Docker did not answer): not known quiet
+            drain, go = triggers.drain_blind(drain, t, cfg.drain)
+        else:
+            drain, go = triggers.drain_observe(drain, sample.engine, t, cfg.drain)
         mind = replace(mind, pending=replace(pending, drain=drain))
         if go is None:
             return mind, intents

@@ -111,6 +111,21 @@ class SnapshotCollector(Collector):
             known(None if ok is None else float(ok)),
         )
         yield gauge(
+            "sparkwarden_drafting_canary_health_ratio",
+            "The drafting canary's acceptance over its baseline (greedy, fixed prompts)",
+            known(acc.canary.get("health")),
+        )
+        yield gauge(
+            "sparkwarden_drafting_suspicious",
+            "1 while the passive estimate looks low and awaits the canary's word",
+            1.0 if acc.canary.get("suspicious") else 0.0,
+        )
+        yield gauge(
+            "sparkwarden_drafting_canary_overdue",
+            "1 when suspicious for canary_max_wait without a valid canary (never idle)",
+            1.0 if acc.canary.get("waiting_too_long") else 0.0,
+        )
+        yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)
         )
         yield gauge(

@@ -70,6 +70,14 @@ class ResumeVoiceAfterMemory:
 
 
 @dataclass(frozen=True)
+class TakeCanary:
+    """Send the drafting canary now (the engine has idled long enough); its outcome comes back
+    to :func:`~sparkwarden.decide.on_canary`."""
+
+    t: float
+
+
+@dataclass(frozen=True)
 class EventsSeen:
     """Docker events up to ``until`` were handled: a new daemon replays from there."""
 
@@ -86,6 +94,7 @@ Intent = (
     | QuietVoiceForMemory
     | ResumeVoiceAfterMemory
     | EventsSeen
+    | TakeCanary
 )
 
 

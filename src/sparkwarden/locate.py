@@ -1,9 +1,11 @@
 """Where things are: the config file, the state dir and the control socket, found cheaply.
 
-``sparkwarden status`` over SSH must answer at once, so it reads only these two keys of the config
-with :mod:`tomllib` and never imports the schema (pydantic alone costs more than the whole
-command should). The schema in :mod:`sparkwarden.config` takes its defaults for them from here,
-so the two can never disagree; it still validates them for every other command.
+``sparkwarden status`` over SSH must answer at once, so it reads only the ``[state]`` and
+``[control]`` tables of the config with :mod:`tomllib`, checking their keys and values as the
+schema would, and never imports the schema (pydantic alone costs more than the whole command
+should); the other tables are left to the commands that load the schema. The schema in
+:mod:`sparkwarden.config` takes its defaults for them from here, so the two can never disagree;
+it still validates the whole file for every other command.
 """
 
 from __future__ import annotations
@@ -48,21 +50,35 @@ class Places(NamedTuple):
     socket: Path
 
 
+#: The keys of the two tables ``status`` reads, each a TOML string, and what it names: those of
+#: ``StateConfig`` and ``ControlConfig`` (tests/test_locate.py holds them equal), so a typo is
+#: refused here as the schema refuses it.
+KEYS: dict[str, dict[str, str]] = {
+    "state": {"dir": "path"},
+    "control": {"socket": "path", "group": "group name"},
+}
+
+
 def places(explicit: str | Path | None) -> Places:
     """``state.dir`` and ``control.socket`` from the config file, defaults where it is silent."""
     path = resolve_path(explicit)
     data = read_toml(path)
+    state, control = (_table(data, path, section) for section in ("state", "control"))
     return Places(
-        state_dir=_path(data, path, "state", "dir", DEFAULT_STATE_DIR),
-        socket=_path(data, path, "control", "socket", DEFAULT_SOCKET),
+        state_dir=Path(state.get("dir", DEFAULT_STATE_DIR)),
+        socket=Path(control.get("socket", DEFAULT_SOCKET)),
     )
 
 
-def _path(data: dict[str, Any], source: Path, section: str, key: str, default: Path) -> Path:
+def _table(data: dict[str, Any], source: Path, section: str) -> dict[str, Any]:
+    """One of the two tables, checked as the schema checks it: known keys, each of its type."""
     table = data.get(section, {})
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: {section}: expected a table")
-    value = table.get(key, default)
-    if not isinstance(value, str | Path) or not str(value):
-        raise ConfigError(f"{source}: {section}.{key}: expected a path")
-    return Path(value)
+    known = KEYS[section]
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{source}: {section}.{key}: unknown key")
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {section}.{key}: expected a {known[key]}")
+    return table

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-Notice = Literal["run_failed", "gave_up", "crash_recovered", "memory_floor", "gateway_failed"]
+Notice = Literal[
+    "run_failed", "gave_up", "crash_recovered", "memory_floor", "drafting_suspect", "gateway_failed"
+]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
     "run_failed": "sparkwarden: restart failed",
     "gave_up": "sparkwarden: gave up, an operator is needed",
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
+    "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
 }

@@ -8,12 +8,13 @@ the chat canary are next due) and the last of each reading, for the status snaps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.adapters.vllm import ChatOutcome, Health
+from sparkwarden.canary import Round
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.errors import SparkwardenError
@@ -107,8 +108,8 @@ class Observer:
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
 
-    def tick(self, t: float, last_container: str | None) -> Observation:
-        """Docker and memory every tick; /metrics and /health when due and the LLM runs."""
+    def look(self, t: float, last_container: str | None) -> Observation:
+        """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
         active, error = None, ""
@@ -117,17 +118,22 @@ class Observer:
             active = choose_active(states, last_container)
         except SparkwardenError as exc:
             error = str(exc)
-        seen = Observation(t, active, error, self.parts.host.memory())
+        return Observation(t, active, error, self.parts.host.memory())
+
+    def engine(self, seen: Observation, eager: bool = False) -> Observation:
+        """The look, with /metrics and /health added when they are due and the LLM runs
+        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell)."""
+        cfg, t = self.config, seen.t
         if not seen.running:
             return seen
         scrape = check = None
-        if t >= self.due["metrics"]:
+        if t >= self.due["metrics"] or eager:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
             check = self._check_health(t)
-        return Observation(t, active, error, seen.memory, scrape, check)
+        return replace(seen, scrape=scrape, check=check)
 
     def scrape(self) -> Scrape:
         self.lease(self.config.health.timeout + MARGIN)
@@ -168,6 +174,16 @@ class Observer:
         if canary.ok and watched is not None and cfg.gateway is not None:
             gateway = watched.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout)
         return HealthCheck(health, canary, engine, gateway)
+
+    def drafting_canary(self, t: float) -> Round | None:
+        """The drafting canary's requests and the scrapes around them (None: no model named)."""
+        cfg, vllm = self.config, self.parts.vllm
+        model = cfg.llm.model or vllm.served_model()
+        if not model:
+            return None
+        timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
+        self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
+        return vllm.drafting_canary(model, cfg.acceptance, timeout, t)
 
     def event(self, event: ContainerEvent) -> EventSeen:
         """After a ``die``, whether the container is up again (a restart policy, an operator)."""

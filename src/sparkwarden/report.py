@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
-from sparkwarden import logs
+from sparkwarden import canary, logs
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
@@ -63,6 +63,8 @@ class AcceptanceView:
     available: bool
     note: str
     enabled: bool
+    #: the drafting canary (:func:`sparkwarden.canary.snapshot`)
+    canary: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ def build(
             available=acc.available,
             note=acc.note,
             enabled=cfg.acceptance.enabled,
+            canary=canary.snapshot(mind.canary, t, cfg.acceptance),
         ),
         metrics=observer.last_scrape.note,
         next_restart=next_restart(mind, seen, now, cfg),
@@ -256,12 +259,14 @@ class Publisher:
         line = status_line(snapshot)
         self.sd.status(line)
         t = time.time()
-        last_t, last_line = self._written
-        if line == last_line and t - last_t < 30 and snapshot.daemon.running:
+        last_t, last_said = self._written
+        # a new drafting canary is news too: ``record`` keeps each one from this file
+        said = f"{line}|{snapshot.acceptance.canary.get('round')}"
+        if said == last_said and t - last_t < 30 and snapshot.daemon.running:
             return line
         try:
             status_mod.write_atomic(self.path, as_json)
-            self._written = (t, line)
+            self._written = (t, said)
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
         return line

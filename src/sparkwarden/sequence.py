@@ -141,9 +141,13 @@ def restart(
     parts: Parts,
     observer: Observer | None = None,
     resume: Resume | None = None,
+    why: str = "",
 ) -> Outcome:
-    """Run the whole sequence once. The caller holds the run lock."""
+    """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
+    measured) is kept with the run for ``history``."""
     run = _Run(config, parts, parts.journal.begin_run(reason), observer or (lambda _e: None))
+    if why:
+        parts.journal.remember(run.id, why=why)
     run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,20 @@ def local_time(iso: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z")
 
 
+def _canary_lines(c: dict[str, Any]) -> list[str]:
+    """The drafting canary: what it last measured and what it makes of the passive estimate."""
+    if c.get("confirm") != "canary":
+        return ["canary:      off (acceptance.confirm = none: the passive estimate acts alone)"]
+    health = c.get("health")
+    head = (
+        f"canary:      health {'-' if health is None else f'{health:.2f}'}, "
+        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded"
+        + (", SUSPICIOUS" if c.get("suspicious") else "")
+    )
+    wrapped = textwrap.wrap(c.get("note") or "-", 66)
+    return [head[:79], *(f"             {line}" for line in wrapped[:3])]
+
+
 def format_text(s: dict[str, Any]) -> str:
     """Plain lines under 80 columns: no colour, no TTY needed."""
     daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
@@ -113,6 +128,7 @@ def format_text(s: dict[str, Any]) -> str:
             f"health {'-' if health is None else f'{health:.2f}'}"
         )
         lines.append(f"             {acc.get('note') or '-'}"[:79])
+        lines += _canary_lines(acc.get("canary") or {})
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"

@@ -207,9 +207,20 @@ def drain_observe(
     state = replace(state, quiet_since=quiet_since)
     if quiet_since is not None and t - quiet_since >= cfg.quiet:
         return state, f"idle for {t - quiet_since:.0f}s"
+    return state, _drain_deadline(state, t, cfg)
+
+
+def drain_blind(state: DrainState, t: float, cfg: DrainConfig) -> tuple[DrainState, str | None]:
+    """No reading at all (the container could not be inspected): unknown is not quiet, so the
+    quiet period starts again and only the deadline lets the restart go."""
+    state = replace(state, quiet_since=None)
+    return state, _drain_deadline(state, t, cfg)
+
+
+def _drain_deadline(state: DrainState, t: float, cfg: DrainConfig) -> str | None:
     if t - state.started >= cfg.deadline:
-        return state, f"drain deadline of {cfg.deadline:g}s reached, going ahead"
-    return state, None
+        return f"drain deadline of {cfg.deadline:g}s reached, going ahead"
+    return None
 
 
 # --- budget --------------------------------------------------------------------------------------

@@ -22,13 +22,16 @@ ones mid-stream, more lets them finish for up to that long; then the teardown (`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import random
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -65,13 +68,25 @@ class Engine:
         self.per_pos = [0.0] * args.k
         self.generation = 0.0
         self.running = args.running
+        self.extra_running = 0  # chat requests being generated now
         self.lock = threading.Lock()
         self.chats = 0
-        self.in_flight = 0
         self.stopping = False  # SIGTERM seen: new requests are refused
         self.aborting = False  # running requests are cut
         self._last = time.monotonic()
         self._started = time.monotonic()
+        self.traffic = Traffic(args) if args.traffic else None
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """A request being generated: the request gauge shows it, a graceful SIGTERM waits on it."""
+        with self.lock:
+            self.extra_running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.extra_running -= 1
 
     def acceptance(self) -> float:
         """Acceptance now: flat, then a linear fall from ``decay_after`` over ``decay_over``."""
@@ -87,6 +102,9 @@ class Engine:
             now = time.monotonic()
             dt, self._last = now - self._last, now
             if self.args.stall:
+                return
+            if self.traffic is not None:
+                self.traffic.background(self, self.traffic.clock(), dt)
                 return
             drafts = self.args.drafts_per_s * dt
             rate = self.acceptance()
@@ -113,13 +131,156 @@ class Engine:
                     self.accepted,
                     tuple(self.per_pos),
                     self.generation,
-                    self.running + self.in_flight,
+                    self.running + self.extra_running,
                     self.args.waiting,
                     self.created_at,
                 ),
                 model=self.args.model,
                 spec_decode=self.args.spec_decode,
             )
+
+
+# --- per-request drafting, swinging traffic and three kinds of decay (--traffic) -------------
+#
+# Drafting is counted per request, draft by draft: a greedy request (temperature 0) draws from a
+# generator seeded by its prompt and seed, so the same prompt drafts the same tokens every time.
+# The law of depth is deliberately *not* sparkwarden's a*(0.8a)^i: with --law deeper-easier, a
+# hard text's deeper positions, once reached, are accepted more often than its first (the
+# field's mixed-traffic curve 51.8, 32.3, 20.4, 12.4, 8.1 % has conditional ratios 0.62..0.67).
+
+#: position-0 acceptance by prompt class (FIELD-NOTES)
+CLASS_ALPHA = {"math": 0.78, "code": 0.75, "mixed": 0.52, "prose": 0.30}
+
+
+#: --law deeper-easier: position i >= 1, once reached, is accepted at a + (CEILING - a) * w[i-1]:
+#: for mixed text (a = 0.518) the ratios 0.62, 0.63, 0.65, 0.67 of the field's curve; prose
+#: (0.30) 0.47..0.55, easier than its position 0
+CEILING = 0.85
+DEEPER = (0.30, 0.35, 0.40, 0.45)
+
+
+def conditional(alpha0: float, k: int, law: str) -> list[float]:
+    """Acceptance of each position given the one before was accepted."""
+    if law == "geometric":
+        return [alpha0] + [0.8 * alpha0] * (k - 1)
+    deeper = [alpha0 + (CEILING - alpha0) * DEEPER[min(i, len(DEEPER) - 1)] for i in range(k - 1)]
+    return [alpha0, *deeper]
+
+
+def prompt_class(text: str) -> str:
+    """The class a prompt belongs to, by a word in it (the shipped canary prompts have one)."""
+    lowered = text.lower()
+    if any(w in lowered for w in ("compute", "math", "sum", "divide")):
+        return "math"
+    if any(w in lowered for w in ("python", "function", "code")):
+        return "code"
+    if any(w in lowered for w in ("describe", "story", "prose", "paragraph")):
+        return "prose"
+    return "mixed"
+
+
+class Traffic:
+    """Background users whose class swings, long-context phases, and a decay of one kind."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.classes = args.traffic.split(",")
+        #: --decay-once: a restart cures the decay (the marker survives a container restart)
+        self.cured = bool(args.decay_once) and os.path.exists(args.decay_once)
+        #: the users' day begins at the first /metrics scrape: a supervisor's first look sees
+        #: the first phase, however long the container took to be watched
+        self.began: float | None = None
+
+    def clock(self) -> float:
+        now = time.monotonic()
+        if self.began is None:
+            self.began = now
+        return now - self.began
+
+    def phase(self, elapsed: float) -> tuple[bool, str, bool]:
+        """(busy, class of the traffic now, in a long-context phase)."""
+        a = self.args
+        cycle = a.busy_for + a.idle_for
+        busy = (elapsed % cycle) < a.busy_for if cycle else True
+        klass = self.classes[int(elapsed // a.swing_every) % len(self.classes)]
+        long_ctx = bool(a.long_context_every) and (elapsed % a.long_context_every) < (
+            a.long_context_for
+        )
+        return busy, klass, long_ctx
+
+    def decay_level(self, elapsed: float) -> float:
+        """0 (healthy) .. ``decay_depth``: how far the decay has gone now."""
+        a = self.args
+        if a.decay_kind == "none" or elapsed < a.decay_after or self.cured:
+            return 0.0
+        if a.decay_once and not os.path.exists(a.decay_once):
+            with open(a.decay_once, "w") as marker:
+                marker.write("decayed once\n")
+        return float(a.decay_depth) * min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
+
+    def odds(
+        self, klass: str, elapsed: float, long_ctx: bool, single: bool = False
+    ) -> tuple[float, list[float]]:
+        """(share of drafts spoilt whole, conditional acceptance per position) for a class."""
+        a = self.args
+        cond = conditional(CLASS_ALPHA[klass], a.k, a.law)
+        level = self.decay_level(elapsed)
+        # hot: only the high-volume prompts (the users' --hot-class traffic); a single request,
+        # such as a canary, is never one of them
+        hit = a.decay_kind != "hot" or (klass == a.hot_class and not single)
+        spoil = level if a.decay_kind == "whole" else 0.0
+        if a.decay_kind in ("per-token", "hot") and hit:
+            cond = [c * (1 - level) for c in cond]
+        if long_ctx:  # long conversations: every position a little harder, no KV-cache signal
+            cond = [c * a.long_context_factor for c in cond]
+        return spoil, cond
+
+    def background(self, engine: Engine, elapsed: float, dt: float) -> None:
+        """Expected counts of the users' drafting over ``dt`` (the caller holds the lock)."""
+        busy, klass, long_ctx = self.phase(elapsed)
+        engine.running = self.args.users if busy else 0.0
+        if not busy:
+            return
+        spoil, cond = self.odds(klass, elapsed, long_ctx)
+        drafts = self.args.drafts_per_s * dt
+        reached = 1.0 - spoil
+        accepted = 0.0
+        for pos, c in enumerate(cond):
+            reached *= c
+            engine.per_pos[pos] += drafts * reached
+            accepted += drafts * reached
+        engine.drafts += drafts
+        engine.draft_tokens += drafts * self.args.k
+        engine.accepted += accepted
+        engine.generation += drafts + accepted
+
+    def request(
+        self, engine: Engine, prompt: str, max_tokens: int, seed: int, greedy: bool
+    ) -> tuple[int, float]:
+        """Draft one request token by token; returns (tokens made, seconds it takes)."""
+        elapsed = self.clock()
+        busy, _, long_ctx = self.phase(elapsed)
+        spoil, cond = self.odds(prompt_class(prompt), elapsed, long_ctx and busy, single=True)
+        rng = random.Random(f"{prompt}|{seed}") if greedy else random.Random()
+        drafts, hits, made = 0, [0] * self.args.k, 0
+        while made < max_tokens:
+            drafts += 1
+            spoilt = rng.random() < spoil
+            accepted = 0
+            for pos, c in enumerate(cond):
+                if spoilt or rng.random() >= c or made + accepted + 1 >= max_tokens:
+                    break
+                hits[pos] += 1
+                accepted += 1
+            made += accepted + 1
+        with engine.lock:
+            engine.drafts += drafts
+            engine.draft_tokens += drafts * self.args.k
+            engine.accepted += sum(hits)
+            for pos, n in enumerate(hits):
+                engine.per_pos[pos] += n
+            engine.generation += made
+        return made, drafts / self.args.steps_per_s
 
 
 @dataclass(frozen=True)
@@ -172,6 +333,21 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache)
     counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
     return "\n".join(out) + "\n"
+
+
+def serve_counted(engine: Engine, body: dict[str, object], max_tokens: int) -> int:
+    """A request drafted token by token; the request gauge shows it while it is generated."""
+    assert engine.traffic is not None
+    messages = body.get("messages")
+    prompt = str(messages[-1].get("content", "")) if isinstance(messages, list) else ""
+    greedy = body.get("temperature") == 0
+    seed = body.get("seed")
+    with engine.generating():
+        made, seconds = engine.traffic.request(
+            engine, prompt, max_tokens, int(seed) if isinstance(seed, int) else 0, greedy
+        )
+        time.sleep(seconds)
+    return made
 
 
 def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
@@ -287,16 +463,11 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     os._exit(1)  # the engine dies on its first message
                 return
             max_tokens = int(body.get("max_tokens") or 16)
-            with engine.lock:
-                engine.in_flight += 1
-            try:
-                if body.get("stream"):
+            if body.get("stream"):
+                with engine.generating():
                     self._stream(max_tokens)
-                else:
-                    self._answer(max_tokens)
-            finally:
-                with engine.lock:
-                    engine.in_flight -= 1
+            else:
+                self._answer(body, max_tokens)
 
         def _stream(self, max_tokens: int) -> None:
             """vLLM's SSE: a role chunk, one chunk per token, a finish chunk, ``[DONE]``."""
@@ -335,11 +506,17 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 
-        def _answer(self, max_tokens: int) -> None:
+        def _answer(self, body: dict[str, object], max_tokens: int) -> None:
             text = "ready"
-            time.sleep(args.token_delay)
-            with engine.lock:
-                engine.generation += 1
+            made = min(1, max_tokens)
+            if engine.traffic is not None:
+                made = serve_counted(engine, body, max_tokens)
+                text = "ready " * made
+            else:
+                with engine.generating():
+                    time.sleep(args.token_delay)
+                with engine.lock:
+                    engine.generation += 1
             self._json(
                 200,
                 {
@@ -357,14 +534,14 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                                 "tool_calls": [],
                             },
                             "logprobs": None,
-                            "finish_reason": "stop",
+                            "finish_reason": "stop" if made < max_tokens else "length",
                             "stop_reason": None,
                         }
                     ],
                     "usage": {
                         "prompt_tokens": 12,
-                        "total_tokens": 13,
-                        "completion_tokens": min(1, max_tokens),
+                        "total_tokens": 12 + made,
+                        "completion_tokens": made,
                     },
                 },
             )
@@ -409,6 +586,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0.0,
         help="as vLLM 0.33: 0 aborts running requests at SIGTERM, more lets them finish",
     )
+    traffic = p.add_argument_group("per-request drafting (--traffic; the drafting canary)")
+    traffic.add_argument(
+        "--traffic", default="", help="classes the users' traffic swings through, e.g. math,prose"
+    )
+    traffic.add_argument("--law", default="geometric", choices=["geometric", "deeper-easier"])
+    traffic.add_argument("--swing-every", type=float, default=30.0, help="seconds per class")
+    traffic.add_argument("--busy-for", type=float, default=20.0, help="users this long...")
+    traffic.add_argument("--idle-for", type=float, default=0.0, help="...then nobody this long")
+    traffic.add_argument("--users", type=float, default=3.0, help="requests running when busy")
+    traffic.add_argument("--long-context-every", type=float, default=0.0)
+    traffic.add_argument("--long-context-for", type=float, default=0.0)
+    traffic.add_argument("--long-context-factor", type=float, default=0.8)
+    traffic.add_argument("--steps-per-s", type=float, default=200.0, help="a request's pace")
+    traffic.add_argument(
+        "--decay-kind", default="none", choices=["none", "whole", "per-token", "hot"]
+    )
+    traffic.add_argument("--decay-depth", type=float, default=0.6)
+    traffic.add_argument("--hot-class", default="math", help="--decay-kind hot hits only this")
+    traffic.add_argument(
+        "--decay-once", default="", help="a marker file: once it exists, restarts are healthy"
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.
@@ -424,9 +622,9 @@ def main(argv: list[str]) -> None:
         if engine is not None:
             engine.stopping = True
             deadline = time.monotonic() + args.shutdown_timeout
-            while engine.in_flight and time.monotonic() < deadline:
+            while engine.extra_running and time.monotonic() < deadline:
                 time.sleep(0.05)
-            print(f"SIGTERM: {engine.in_flight} running request(s) aborted", flush=True)
+            print(f"SIGTERM: {engine.extra_running} running request(s) aborted", flush=True)
             engine.aborting = True
         print("SIGTERM: tearing down", flush=True)
         time.sleep(args.stop_delay)

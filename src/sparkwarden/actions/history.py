@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from sparkwarden.config import Config
 from sparkwarden.journal import Journal, RunRecord, iso
@@ -32,6 +33,10 @@ def format_run(record: RunRecord) -> str:
         f" {record.container or '-'}"
     )
     lines = [head]
+    if record.plan.get("why"):
+        lines += textwrap.wrap(
+            f"why: {record.plan['why']}", 78, initial_indent="    ", subsequent_indent="      "
+        )
     if record.error:
         lines.append(f"    error: {record.error}")
     for step in record.steps:

@@ -1,7 +1,9 @@
 """``sparkwarden record``: scrape the engine's /metrics on an interval into a JSON-lines trace.
 
 Safe to leave running for days: nothing accumulates in memory, every line is flushed as it is
-written, and only the series decisions read are kept (a few hundred bytes a line).
+written, and only the series decisions read are kept (a few hundred bytes a line). The drafting
+canaries a running daemon takes go in too (``{"t", "canary"}`` lines, from its status file), so
+``replay`` reproduces what the daemon decided, passive estimate and canary alike.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from sparkwarden import logs, metrics
+from sparkwarden import status as status_mod
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.config import Config
 
@@ -31,12 +35,19 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     vllm = VllmClient(config.llm.base_url, config.llm.api_key())
     end = None if duration is None else time.monotonic() + duration
     written = failed = 0
+    status_file = config.state.dir / status_mod.STATUS_FILE
+    last_canary: dict[str, Any] | None = None
     print(
         f"sparkwarden record: {config.llm.base_url}/metrics every {interval:g}s into {out}",
         flush=True,
     )
     try:
         with out.open("a") as trace:
+            # the daemon's baseline canary first: without it a replay would learn another one
+            first = canary_of(status_mod.read(status_file), "baseline_round")
+            if first is not None:
+                trace.write(json.dumps({"t": first["t"], "canary": first}) + "\n")
+                last_canary = first
             while not stop.is_set() and (end is None or time.monotonic() < end):
                 began = time.monotonic()
                 text = vllm.metrics(timeout=min(10.0, interval))
@@ -46,8 +57,12 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
                 else:
                     line = {"t": round(time.time(), 3), "metrics": metrics.keep_recorded(text)}
                     trace.write(json.dumps(line) + "\n")
-                    trace.flush()
                     written += 1
+                canary = canary_of(status_mod.read(status_file), "round")
+                if canary is not None and canary != last_canary:
+                    trace.write(json.dumps({"t": canary["t"], "canary": canary}) + "\n")
+                    last_canary = canary
+                trace.flush()
                 wait = interval - (time.monotonic() - began)
                 if end is not None:
                     wait = min(wait, end - time.monotonic())
@@ -56,3 +71,11 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
         vllm.close()
     print(f"sparkwarden record: {written} scrapes written, {failed} failed", flush=True)
     return 0
+
+
+def canary_of(snapshot: dict[str, Any] | None, which: str) -> dict[str, Any] | None:
+    """A drafting canary a daemon's status snapshot shows (``round``: the last one taken;
+    ``baseline_round``: the one its baseline was learnt from), if any."""
+    canary = ((snapshot or {}).get("acceptance") or {}).get("canary") or {}
+    found = canary.get(which)
+    return found if isinstance(found, dict) else None

@@ -7,10 +7,15 @@ request; the pure functions here say what a response means, the client only move
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+
+from sparkwarden import canary as canary_mod
+from sparkwarden import metrics
+from sparkwarden.config import AcceptanceConfig
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
 
@@ -30,15 +35,34 @@ class ChatOutcome:
     content: str = ""
 
 
-def chat_body(model: str, max_tokens: int = 8) -> dict[str, Any]:
-    """A short deterministic request; thinking off so a Qwen3 model answers within the tokens."""
-    return {
+def chat_body(
+    model: str, max_tokens: int = 8, prompt: str = PROBE_PROMPT, seed: int | None = None
+) -> dict[str, Any]:
+    """A deterministic request (greedy); thinking off so a Qwen3 model answers within the
+    tokens. The drafting canary adds a fixed seed: greedy decoding should not need one, but a
+    sampler that draws at all then draws the same."""
+    body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": "user", "content": PROBE_PROMPT}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "chat_template_kwargs": {"enable_thinking": False},
     }
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def completion_tokens(text: str) -> int | None:
+    """``usage.completion_tokens`` of an answer: what the drafting canary checks the engine's
+    generation counter against (None when the answer does not say)."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
 
 def error_message(payload: object) -> str | None:
@@ -131,6 +155,42 @@ class VllmClient:
         except httpx.HTTPError as exc:
             return ChatOutcome(False, f"{type(exc).__name__}: {exc}")
         return interpret_chat(response.status_code, response.text)
+
+    def canary(
+        self, model: str, prompt: str, max_tokens: int, seed: int, timeout: float
+    ) -> canary_mod.Answer:
+        """One drafting-canary request: greedy, seeded, thinking off, bounded, timed."""
+        body = chat_body(model, max_tokens=max_tokens, prompt=prompt, seed=seed)
+        began = time.monotonic()
+        try:
+            response = self._http.post(
+                "/v1/chat/completions",
+                json=body,
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            )
+        except httpx.HTTPError as exc:
+            return canary_mod.Answer(False, None, time.monotonic() - began, f"{exc!r}")
+        seconds = time.monotonic() - began
+        outcome = interpret_chat(response.status_code, response.text)
+        tokens = completion_tokens(response.text) if outcome.ok else None
+        return canary_mod.Answer(outcome.ok, tokens, seconds, outcome.detail)
+
+    def drafting_canary(
+        self, model: str, cfg: AcceptanceConfig, timeout: float, t: float
+    ) -> canary_mod.Round:
+        """One drafting canary: each prompt in turn, /metrics scraped before and after."""
+
+        def scrape() -> metrics.EngineMetrics | None:
+            text = self.metrics(timeout=min(timeout, 10.0))
+            try:
+                return metrics.parse(text) if text is not None else None
+            except metrics.MetricsError:
+                return None
+
+        def ask(prompt: str) -> canary_mod.Answer:
+            return self.canary(model, prompt, cfg.canary_max_tokens, cfg.canary_seed, timeout)
+
+        return canary_mod.take(cfg.canary_prompts, scrape, ask, t)
 
     def metrics(self, timeout: float = 10.0) -> str | None:
         try:

@@ -1,0 +1,449 @@
+"""The drafting canary: acceptance measured where the workload cannot move it.
+
+Why: the passive estimate (:mod:`sparkwarden.acceptance`) reads drafting health out of live
+traffic through a model of how acceptance falls with depth, per class of text. Nobody has
+measured that law; a workload that breaks it, or long conversations without a KV-cache signal,
+look like decay. So the passive estimate only raises *suspicion*; what restarts the engine is a
+canary: the same fixed prompts, sent greedy (same tokens every time), only while the engine is
+idle, their acceptance read from the spec-decode counter deltas around each request.
+
+A canary counts only if nothing else ran during it: request gauges 0 before and after each
+request, generation tokens grown by exactly the completion tokens the response reports, and the
+counters neither reset nor went backwards. Otherwise it is discarded and tried again at the next
+idle moment. The first valid canary after each engine start is the baseline, per prompt; a
+canary's health is the median over prompts of its acceptance over the baseline's. ``reason =
+acceptance`` fires after ``consecutive`` valid canaries below ``fraction``; one back at
+``recover_fraction`` clears the streak.
+
+Pure: observations, the passive state and the clock come in; the daemon's shell sends the
+requests (:func:`take` with injected I/O) and ``sparkwarden replay`` feeds recorded outcomes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from sparkwarden import acceptance
+from sparkwarden.acceptance import AcceptanceState
+from sparkwarden.config import AcceptanceConfig
+from sparkwarden.metrics import EngineMetrics, SpecDecode
+
+#: what operators read when the live traffic looks bad and the canary does not
+WORKLOAD_NOT_DRAFTER = "drafting looks low; canary normal: the workload, not the drafter"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The response to one canary request, as the adapter saw it."""
+
+    ok: bool
+    completion_tokens: int | None
+    seconds: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One prompt's request: what the counters moved by around it, and whether it counts."""
+
+    prompt: str
+    valid: bool
+    why: str
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    #: accepted tokens per draft, by position (the per-position acceptance)
+    per_pos: tuple[float, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.draft_tokens if self.draft_tokens else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "valid": self.valid,
+            "why": self.why,
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "per_pos": list(self.per_pos),
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reading:
+        return cls(
+            prompt=str(data["prompt"]),
+            valid=bool(data["valid"]),
+            why=str(data["why"]),
+            drafts=float(data["drafts"]),
+            draft_tokens=float(data["draft_tokens"]),
+            accepted=float(data["accepted"]),
+            per_pos=tuple(float(v) for v in data["per_pos"]),
+            seconds=float(data["seconds"]),
+        )
+
+
+@dataclass(frozen=True)
+class Round:
+    """One canary: a reading per prompt, taken at ``t``; ``created`` names the engine start the
+    counters belonged to (None: unknown)."""
+
+    t: float
+    readings: tuple[Reading, ...]
+    created: float | None
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.readings) and all(r.valid for r in self.readings)
+
+    @property
+    def why(self) -> str:
+        bad = [f"{r.prompt}: {r.why}" for r in self.readings if not r.valid]
+        return "; ".join(bad) if bad else "valid"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "created": self.created,
+            "readings": [r.to_json() for r in self.readings],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Round:
+        created = data.get("created")
+        return cls(
+            t=float(data["t"]),
+            readings=tuple(Reading.from_json(r) for r in data["readings"]),
+            created=None if created is None else float(created),
+        )
+
+
+@dataclass(frozen=True)
+class CanaryState:
+    #: the engine start (counters' ``_created``) the baseline belongs to, and the last counters
+    #: seen, to tell a restarted engine
+    created: float | None = None
+    last_spec: SpecDecode | None = None
+    idle_since: float | None = None
+    last_try: float | None = None
+    last_valid: float | None = None
+    #: acceptance of each prompt in the first valid canary after the engine started
+    baseline: tuple[tuple[str, float], ...] = ()
+    health: float | None = None
+    #: per prompt in the last valid canary: (acceptance, health)
+    last: tuple[tuple[str, float, float], ...] = ()
+    low_streak: int = 0
+    valid_count: int = 0
+    discarded: int = 0
+    suspicious_since: float | None = None
+    #: the note told once per suspicious spell, so a notifier says it once
+    told: bool = False
+    note: str = "no canary yet"
+    #: the last canary taken, valid or not: status shows it and ``record`` keeps it
+    last_round: Round | None = None
+    #: the canary the baseline was learnt from: ``record``, started later, still writes it
+    baseline_round: Round | None = None
+
+    @property
+    def suspicious(self) -> bool:
+        return self.suspicious_since is not None
+
+    def baseline_of(self, prompt: str) -> float | None:
+        return dict(self.baseline).get(prompt)
+
+
+def _restarted(old: SpecDecode | None, new: SpecDecode) -> bool:
+    if old is None:
+        return False
+    if old.created is not None and new.created is not None and old.created != new.created:
+        return True
+    return new.draft_tokens < old.draft_tokens or new.accepted < old.accepted
+
+
+def observe(
+    state: CanaryState,
+    engine: EngineMetrics | None,
+    passive: AcceptanceState,
+    t: float,
+    cfg: AcceptanceConfig,
+) -> tuple[CanaryState, bool]:
+    """Take one scrape; say whether a canary is due now (idle long enough, and its interval,
+    shorter while the passive estimate is suspicious, has passed)."""
+    spec = engine.spec if engine is not None else None
+    if spec is not None and _restarted(state.last_spec, spec):
+        state = CanaryState(note="engine restarted: the next valid canary is the new baseline")
+    if spec is not None:
+        state = replace(state, last_spec=spec)
+    state = _suspicion(state, passive, t, cfg)
+    idle = engine is not None and engine.running == 0 and engine.waiting == 0
+    if not idle or spec is None:
+        return replace(state, idle_since=None), False
+    state = state if state.idle_since is not None else replace(state, idle_since=t)
+    assert state.idle_since is not None
+    if t - state.idle_since < cfg.canary_idle:
+        return state, False
+    return state, wanted(state, t, cfg)
+
+
+def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
+    """A canary is owed (its interval, ``canary_soon`` while suspicious or once a canary was
+    low, has passed), idle or not: the daemon then looks every tick, so a short idle spell is
+    not missed."""
+    if cfg.confirm != "canary":
+        return False
+    # a low passive estimate, or a low canary a streak has begun on: the next one sooner
+    doubt = state.suspicious_since is not None or state.low_streak > 0
+    gap = cfg.canary_soon if doubt else cfg.canary_interval
+    if state.last_valid is not None and t - state.last_valid < gap:
+        return False
+    # a discarded canary is retried, but not before the engine has idled once more
+    return state.last_try is None or t - state.last_try >= cfg.canary_idle
+
+
+def _suspicion(
+    state: CanaryState, passive: AcceptanceState, t: float, cfg: AcceptanceConfig
+) -> CanaryState:
+    """Suspicious from the first low passive window until one is back at ``recover_fraction``."""
+    health = passive.health
+    if health is None or passive.method != "shape":
+        return state
+    if state.suspicious_since is None and health < cfg.fraction:
+        return replace(state, suspicious_since=t, told=False)
+    if state.suspicious_since is not None and health >= cfg.recover_fraction:
+        return replace(state, suspicious_since=None, told=False)
+    return state
+
+
+def waiting_too_long(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
+    """Suspicious for ``canary_max_wait`` without a valid canary since the suspicion began."""
+    since = state.suspicious_since
+    if since is None:
+        return False
+    return (state.last_valid is None or state.last_valid < since) and t - since >= (
+        cfg.canary_max_wait
+    )
+
+
+def status_note(state: CanaryState, t: float, cfg: AcceptanceConfig) -> str:
+    """What status says about the canary right now."""
+    if waiting_too_long(state, t, cfg):
+        hours = (t - (state.suspicious_since or t)) / 3600
+        return (
+            f"drafting looks low for {hours:.1f} h and no valid canary could be taken (never "
+            "idle): not acting on it; max_uptime and the schedule still cover it"
+        )
+    return state.note
+
+
+def measure(
+    prompt: str, before: EngineMetrics | None, after: EngineMetrics | None, answer: Answer
+) -> Reading:
+    """One prompt's reading from the scrapes around its request, or why it does not count."""
+
+    def bad(why: str) -> Reading:
+        return Reading(prompt, False, why, seconds=answer.seconds)
+
+    if not answer.ok:
+        return bad(f"request failed: {answer.detail}")
+    if before is None or after is None or before.spec is None or after.spec is None:
+        return bad("no spec-decode metrics around the request")
+    for when, engine in (("before", before), ("after", after)):
+        if engine.running != 0 or engine.waiting != 0:
+            return bad(f"other requests running or waiting {when} it")
+    old, new = before.spec, after.spec
+    if _restarted(old, new):
+        return bad("counters reset during it (engine restarted)")
+    if answer.completion_tokens is None:
+        return bad("the response reports no usage.completion_tokens")
+    if before.generation_tokens is None or after.generation_tokens is None:
+        return bad("no generation_tokens counter")
+    generated = after.generation_tokens - before.generation_tokens
+    if generated != answer.completion_tokens:
+        return bad(
+            f"generation tokens grew by {generated:.0f}, the response made "
+            f"{answer.completion_tokens}: other traffic"
+        )
+    drafts = new.drafts - old.drafts
+    if drafts <= 0 or new.draft_tokens <= old.draft_tokens:
+        return bad("nothing drafted")
+    per_pos: tuple[float, ...] = ()
+    if len(new.per_pos) == len(old.per_pos):
+        per_pos = tuple((b - a) / drafts for a, b in zip(old.per_pos, new.per_pos, strict=True))
+    return Reading(
+        prompt,
+        True,
+        "valid",
+        drafts=drafts,
+        draft_tokens=new.draft_tokens - old.draft_tokens,
+        accepted=new.accepted - old.accepted,
+        per_pos=per_pos,
+        seconds=answer.seconds,
+    )
+
+
+def take(
+    prompts: Mapping[str, str],
+    scrape: Callable[[], EngineMetrics | None],
+    ask: Callable[[str], Answer],
+    t: float,
+) -> Round:
+    """Send each prompt in turn, scraping before and after; stops at the first that does not
+    count (the engine is not idle any more: the rest would not count either)."""
+    readings: list[Reading] = []
+    before = scrape()
+    created = before.spec.created if before is not None and before.spec is not None else None
+    for name, text in prompts.items():
+        answer = ask(text)
+        after = scrape()
+        reading = measure(name, before, after, answer)
+        readings.append(reading)
+        if not reading.valid:
+            break
+        before = after
+    return Round(t, tuple(readings), created)
+
+
+def judge(
+    state: CanaryState, canary: Round, cfg: AcceptanceConfig
+) -> tuple[CanaryState, acceptance.Fire | None]:
+    """One canary's verdict: discarded, learnt as the baseline, or judged against it."""
+    t = canary.t
+    state = replace(state, last_try=t, last_round=canary)
+    if not canary.valid:
+        note = f"canary discarded ({canary.why}); retried at the next idle moment"
+        return replace(state, discarded=state.discarded + 1, note=note), None
+    if canary.created is not None and state.created not in (None, canary.created):
+        state = CanaryState(last_spec=state.last_spec, last_try=t, last_round=canary)
+    state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
+    learn = [
+        (r.prompt, r.acceptance) for r in canary.readings if state.baseline_of(r.prompt) is None
+    ]
+    judged = [
+        (r.prompt, r.acceptance, r.acceptance / base)
+        for r in canary.readings
+        if (base := state.baseline_of(r.prompt))
+    ]
+    state = replace(state, baseline=state.baseline + tuple(learn))
+    if learn and state.baseline_round is None:
+        state = replace(state, baseline_round=canary)
+    if not judged:
+        shown = ", ".join(f"{p} {a:.1%}" for p, a in learn)
+        return replace(state, note=f"canary baseline learnt: {shown}"), None
+    health = statistics.median(h for _, _, h in judged)
+    if health < cfg.fraction:
+        streak = state.low_streak + 1
+    elif health >= cfg.recover_fraction:
+        streak = 0
+    else:
+        streak = state.low_streak
+    shown = ", ".join(f"{p} {a:.1%} ({h:.2f})" for p, a, h in judged)
+    note = f"canary health {health:.2f} of its baseline: {shown}; {streak} low in a row"
+    if state.suspicious_since is not None and health >= cfg.fraction:
+        note = f"{WORKLOAD_NOT_DRAFTER} (canary health {health:.2f}: {shown})"
+    state = replace(state, health=health, last=tuple(judged), low_streak=streak, note=note)
+    if streak < cfg.consecutive:
+        return state, None
+    why = (
+        f"drafting canary at {health:.2f} of its baseline, below {cfg.fraction:g}, for "
+        f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
+    )
+    now = statistics.mean(a for _, a, _ in judged)
+    then = statistics.mean(a / h for _, a, h in judged)
+    return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
+
+
+def tell(state: CanaryState, cfg: AcceptanceConfig) -> tuple[CanaryState, str | None]:
+    """Once per suspicious spell, the sentence for a notification when a valid canary found
+    the drafter healthy while the passive estimate looked low."""
+    cleared = state.health is not None and state.health >= cfg.fraction
+    if not state.suspicious or state.told or not cleared or state.last_valid is None:
+        return state, None
+    if state.suspicious_since is not None and state.last_valid < state.suspicious_since:
+        return state, None
+    return replace(state, told=True), state.note
+
+
+def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, Any]:
+    """The canary's part of the status snapshot: status, ``--json``, metrics and ``record``
+    all read this one value."""
+    return {
+        "confirm": cfg.confirm,
+        "health": state.health,
+        "baseline": dict(state.baseline),
+        "last": {prompt: {"acceptance": a, "health": h} for prompt, a, h in state.last},
+        "suspicious": state.suspicious,
+        "waiting_too_long": waiting_too_long(state, t, cfg),
+        "low_streak": state.low_streak,
+        "valid": state.valid_count,
+        "discarded": state.discarded,
+        "last_valid": state.last_valid,
+        "note": status_note(state, t, cfg),
+        "round": state.last_round.to_json() if state.last_round is not None else None,
+        "baseline_round": (
+            state.baseline_round.to_json() if state.baseline_round is not None else None
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What one scrape or one canary decided: the daemon acts on ``fire``; replay prints it."""
+
+    t: float
+    passive: AcceptanceState
+    canary: CanaryState
+    judged: bool
+    #: the canary to send now (the daemon sends it; a replay has its recorded outcome instead)
+    due: bool = False
+    fire: str | None = None
+    by: Literal["passive", "canary"] | None = None
+    #: what the passive estimate alone would have fired on (confirm = "canary": not acted on)
+    suspect: str | None = None
+
+
+def on_scrape(
+    passive: AcceptanceState,
+    state: CanaryState,
+    engine: EngineMetrics | None,
+    t: float,
+    cfg: AcceptanceConfig,
+) -> Decided:
+    """One scrape through the passive estimate and, unless ``confirm = "none"``, the canary's
+    schedule: with a canary to confirm, the passive estimate never fires by itself."""
+    before = passive.windows
+    passive, fire = acceptance.observe(passive, engine, t, cfg)
+    judged = passive.windows != before
+    if cfg.confirm == "none":
+        return Decided(t, passive, state, judged, fire=fire.why if fire else None, by="passive")
+    state, due = observe(state, engine, passive, t, cfg)
+    return Decided(t, passive, state, judged, due=due, suspect=fire.why if fire else None)
+
+
+def on_canary(
+    passive: AcceptanceState, state: CanaryState, taken: Round, cfg: AcceptanceConfig
+) -> Decided:
+    """A canary's outcome, sent now or recorded."""
+    state, fire = judge(state, taken, cfg)
+    return Decided(taken.t, passive, state, False, fire=fire.why if fire else None, by="canary")
+
+
+def replay(
+    items: Iterable[tuple[float, EngineMetrics | Round | None]], cfg: AcceptanceConfig
+) -> Iterator[Decided]:
+    """Recorded scrapes and canary outcomes, in order, through the daemon's own decisions."""
+    passive, state = AcceptanceState(), CanaryState()
+    for t, item in items:
+        if isinstance(item, Round):
+            if cfg.confirm == "none":
+                continue
+            decided = on_canary(passive, state, item, cfg)
+        else:
+            decided = on_scrape(passive, state, item, t, cfg)
+        passive, state = decided.passive, decided.canary
+        yield decided

@@ -1,0 +1,249 @@
+"""The drafting canary on scripted counters: when it runs, what counts, what it decides."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sparkwarden.acceptance import AcceptanceState
+from sparkwarden.canary import (
+    WORKLOAD_NOT_DRAFTER,
+    Answer,
+    CanaryState,
+    Round,
+    judge,
+    measure,
+    observe,
+    snapshot,
+    status_note,
+    take,
+    tell,
+    waiting_too_long,
+    wanted,
+)
+from sparkwarden.config import AcceptanceConfig
+from sparkwarden.metrics import EngineMetrics, SpecDecode
+
+CFG = AcceptanceConfig(
+    canary_idle=20, canary_interval=1800, canary_soon=300, canary_max_wait=7200, consecutive=2
+)
+K = 5
+#: greedy acceptance of each shipped prompt on a healthy engine
+HEALTHY = {"math": 0.78, "code": 0.75, "prose": 0.30}
+CALM = AcceptanceState(health=1.0, method="shape")
+LOW = AcceptanceState(health=0.5, method="shape")
+
+
+class Engine:
+    """Counters moved by greedy canary requests (deterministic per prompt) and by traffic."""
+
+    def __init__(self, created: float = 1000.0) -> None:
+        self.created = created
+        self.drafts = self.draft_tokens = self.accepted = self.generation = 0.0
+        self.per_pos = [0.0] * K
+        self.running = self.waiting = 0.0
+        self.scale = 1.0  # a decay: every accepted token kept with this probability
+
+    def draft(self, drafts: float, alpha: float) -> int:
+        hits = [drafts * self.scale * alpha * (0.8 * alpha) ** i for i in range(K)]
+        self.drafts += drafts
+        self.draft_tokens += drafts * K
+        self.accepted += sum(hits)
+        for i, h in enumerate(hits):
+            self.per_pos[i] += h
+        made = round(drafts + sum(hits))
+        self.generation += made
+        return made
+
+    def metrics(self) -> EngineMetrics:
+        spec = SpecDecode(
+            self.drafts, self.draft_tokens, self.accepted, tuple(self.per_pos), self.created
+        )
+        return EngineMetrics(spec, self.running, self.waiting, self.generation)
+
+    def ask(self, prompt: str) -> Answer:
+        alpha = next(a for name, a in HEALTHY.items() if name in prompt)
+        return Answer(True, self.draft(40, alpha), 1.5)
+
+
+PROMPTS = {name: f"a {name} prompt" for name in HEALTHY}
+
+
+def canary(engine: Engine, t: float) -> Round:
+    return take(PROMPTS, engine.metrics, engine.ask, t)
+
+
+def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 2
+    state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    assert not due
+    engine.running = 0
+    state, due = observe(state, engine.metrics(), CALM, 5.0, CFG)
+    assert not due  # idle only since 5 s
+    state, due = observe(state, engine.metrics(), CALM, 25.0, CFG)
+    assert due
+    state, _ = judge(state, canary(engine, 25.0), CFG)
+    state, due = observe(state, engine.metrics(), CALM, 600.0, CFG)
+    assert not due  # healthy passive estimate: the full interval
+    state, due = observe(state, engine.metrics(), CALM, 1830.0, CFG)
+    assert due
+
+
+def test_a_suspicious_passive_estimate_brings_the_canary_sooner_still_only_when_idle() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    state, _ = judge(state, canary(engine, 30.0), CFG)
+    state, due = observe(state, engine.metrics(), LOW, 400.0, CFG)
+    assert due and state.suspicious_since == 400.0
+    engine.waiting = 1
+    state, due = observe(state, engine.metrics(), LOW, 410.0, CFG)
+    assert not due
+    state, _ = observe(state, engine.metrics(), CALM, 420.0, CFG)
+    assert state.suspicious_since is None  # back at recover_fraction
+
+
+def test_foreign_traffic_during_a_canary_discards_it_and_it_is_retried() -> None:
+    engine, state = Engine(), CanaryState()
+
+    def ask_with_company(prompt: str) -> Answer:
+        engine.draft(300, 0.3)  # a user's request slipped in between our scrapes
+        return engine.ask(prompt)
+
+    spoilt = take(PROMPTS, engine.metrics, ask_with_company, 25.0)
+    assert not spoilt.valid and "other traffic" in spoilt.why
+    assert len(spoilt.readings) == 1  # the rest would not count either
+    state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    state, fire = judge(state, spoilt, CFG)
+    assert fire is None and state.discarded == 1 and state.baseline == ()
+    state, due = observe(state, engine.metrics(), CALM, 30.0, CFG)
+    assert not due  # not straight away: after one more idle spell
+    state, due = observe(state, engine.metrics(), CALM, 46.0, CFG)
+    assert due
+
+
+def test_gauges_must_be_zero_before_and_after() -> None:
+    engine = Engine()
+    before = engine.metrics()
+    answer = engine.ask("a math prompt")
+    engine.running = 1
+    reading = measure("math", before, engine.metrics(), answer)
+    assert not reading.valid and "running or waiting after" in reading.why
+
+
+def test_a_counter_reset_or_restart_between_scrapes_discards_the_reading() -> None:
+    engine = Engine()
+    engine.draft(1000, 0.5)
+    before = engine.metrics()
+    restarted = Engine(created=2000.0)
+    answer = restarted.ask("a math prompt")
+    reading = measure("math", before, restarted.metrics(), answer)
+    assert not reading.valid and "reset" in reading.why
+
+
+def test_no_usage_in_the_response_does_not_count() -> None:
+    engine = Engine()
+    before = engine.metrics()
+    engine.ask("a math prompt")
+    reading = measure("math", before, engine.metrics(), Answer(True, None, 1.0))
+    assert not reading.valid and "usage" in reading.why
+
+
+def test_per_position_acceptance_is_read_from_the_deltas() -> None:
+    engine = Engine()
+    engine.draft(5000, 0.5)  # history before the canary does not leak into it
+    reading = canary(engine, 25.0).readings[0]
+    assert reading.valid and reading.drafts == 40
+    assert abs(reading.per_pos[0] - 0.78) < 1e-9
+    assert abs(reading.per_pos[1] - 0.78 * 0.8 * 0.78) < 1e-9
+    assert abs(reading.acceptance - sum(reading.per_pos) / K) < 1e-9
+
+
+def test_the_canary_learns_then_fires_only_after_consecutive_low_canaries() -> None:
+    engine, state = Engine(), CanaryState()
+    state, fire = judge(state, canary(engine, 0.0), CFG)
+    assert fire is None and state.baseline_of("math") == canary(Engine(), 0).readings[0].acceptance
+    state, fire = judge(state, canary(engine, 1800.0), CFG)
+    assert fire is None and state.low_streak == 0 and abs((state.health or 0) - 1.0) < 1e-9
+    engine.scale = 0.6
+    state, fire = judge(state, canary(engine, 3600.0), CFG)
+    assert fire is None and state.low_streak == 1
+    state, fire = judge(state, canary(engine, 3900.0), CFG)
+    assert fire is not None and abs(fire.health - 0.6) < 1e-9
+    assert "math 22.5% (0.60)" in fire.why
+
+
+def test_one_canary_back_at_recover_fraction_clears_the_streak() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = judge(state, canary(engine, 0.0), CFG)
+    engine.scale = 0.6
+    state, _ = judge(state, canary(engine, 1.0), CFG)
+    engine.scale = 0.95
+    state, _ = judge(state, canary(engine, 2.0), CFG)
+    engine.scale = 0.6
+    state, fire = judge(state, canary(engine, 3.0), CFG)
+    assert fire is None and state.low_streak == 1
+
+
+def test_an_engine_restart_between_canaries_learns_a_new_baseline() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    state, _ = judge(state, canary(engine, 30.0), CFG)
+    engine.scale = 0.6
+    state, _ = judge(state, canary(engine, 60.0), CFG)
+    assert state.low_streak == 1
+    fresh = Engine(created=5000.0)
+    fresh.scale = 0.9  # a new engine on its own footing: a new baseline, not a low canary
+    state, _ = observe(state, fresh.metrics(), CALM, 90.0, CFG)
+    assert state.baseline == () and state.low_streak == 0
+    state, fire = judge(state, canary(fresh, 120.0), CFG)
+    assert fire is None and "baseline learnt" in state.note
+    state, _ = judge(state, canary(fresh, 150.0), CFG)
+    assert state.health is not None and abs(state.health - 1.0) < 1e-9
+
+
+def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_drafter() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = judge(state, canary(engine, 0.0), CFG)
+    state, _ = observe(state, engine.metrics(), LOW, 400.0, CFG)
+    state, said = tell(state, CFG)
+    assert said is None  # the only valid canary predates the suspicion
+    state, fire = judge(state, canary(engine, 420.0), CFG)
+    assert fire is None and state.note.startswith(WORKLOAD_NOT_DRAFTER)
+    state, said = tell(state, CFG)
+    assert said is not None and said.startswith(WORKLOAD_NOT_DRAFTER)
+    state, said = tell(state, CFG)
+    assert said is None  # once per suspicious spell
+    shown = snapshot(state, 430.0, CFG)
+    assert shown["suspicious"] and shown["confirm"] == "canary"
+    assert shown["round"]["readings"][0]["prompt"] == "math"
+
+
+def test_a_box_that_never_idles_is_reported_not_acted_on() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 3
+    state, _ = observe(state, engine.metrics(), LOW, 0.0, CFG)
+    state, due = observe(state, engine.metrics(), LOW, 7300.0, CFG)
+    assert not due and waiting_too_long(state, 7300.0, CFG)
+    assert "no valid canary" in status_note(state, 7300.0, CFG)
+    assert not waiting_too_long(replace(state, last_valid=100.0), 7300.0, CFG)
+
+
+def test_a_round_survives_json() -> None:
+    engine = Engine()
+    taken = canary(engine, 25.0)
+    assert Round.from_json(taken.to_json()) == taken
+
+
+def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = judge(state, canary(engine, 0.0), CFG)
+    assert not wanted(state, 600.0, CFG)
+    assert wanted(state, 1800.0, CFG)  # owed, though the engine may be busy
+    state, _ = observe(state, engine.metrics(), LOW, 900.0, CFG)
+    assert wanted(state, 900.0, CFG)  # suspicious: canary_soon
+    assert not wanted(state, 900.0, CFG.model_copy(update={"confirm": "none"}))
+    engine.scale = 0.6
+    state, _ = observe(state, engine.metrics(), CALM, 1000.0, CFG)
+    state, _ = judge(state, canary(engine, 1000.0), CFG)
+    assert state.low_streak == 1 and state.suspicious_since is None
+    assert wanted(state, 1300.0, CFG)  # a low canary is reason enough to look again soon

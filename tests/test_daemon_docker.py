@@ -566,3 +566,54 @@ def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
     time.sleep(3)
     assert len(third.history()) == 1, "an event already handled must not be replayed"
     assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_without_stats_a_planned_restart_waits_the_whole_drain(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """--disable-log-stats: no request gauges, so nothing says the engine is quiet."""
+    llm, port = stage.llm("llm", "--metrics=no-stats")
+    wait_healthy(port)
+    daemon = start_daemon(
+        [llm], port, [], watch={"max_uptime": "3s"}, drain={"quiet": "0s", "deadline": "8s"}
+    )
+    status = wait_for("a drain", lambda: (s := daemon.status())["daemon"]["drain"] and s)
+    assert "no request gauges, cannot see the engine idle" in status["daemon"]["drain"]
+    assert "--disable-log-stats" in status["off"]["stall"]
+    assert "--disable-log-stats" in status["off"]["acceptance"]
+    assert "waits the whole drain deadline (8s)" in status["off"]["drain"]
+    text = run_cli(daemon.config, "status").stdout
+    assert "drain:       no request gauges" in text and "off:         stall: " in text
+    run = wait_for("the uptime run", lambda: daemon.runs_with("uptime"), timeout=90)[0]
+    assert run["result"] == "ok"
+    assert "no request gauges: waited the whole drain deadline of 8s" in daemon.text()
+
+
+STALL = {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "stall_after": "3s"}
+
+
+def test_a_stuck_gauge_on_a_working_engine_is_reported_not_restarted(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """num_requests_running stuck above 0, no tokens move (vLLM #22545): one chat request
+    (sent although the engine looks busy and the canary is off) is answered, so no restart."""
+    llm, port = stage.llm("llm", "--stuck-gauge", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "5s"})
+    status = wait_for(
+        "a stuck gauge", lambda: "stuck gauge" in (s := daemon.status())["llm"]["health"] and s
+    )
+    assert "yet a chat request was answered" in status["llm"]["health"]
+    assert '"stall_suspected"' in daemon.text() and '"stuck_gauge"' in daemon.text()
+    wait_for("a second confirmation", lambda: daemon.text().count('"stall_suspected"') >= 2)
+    assert daemon.runs_with("unhealthy") == []
+
+
+def test_a_stall_confirmed_by_a_hung_chat_restarts(stage: Stage, start_daemon: Any) -> None:
+    llm, port = stage.llm("llm", "--stall", "--running", "2")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], health=STALL, llm={"probe_timeout": "3s"})
+    wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy", finished=False), timeout=90)
+    log = daemon.text()
+    assert '"stall_suspected"' in log and "generation and prompt tokens frozen" in log
+    assert "a chat request failed too" in log

@@ -81,7 +81,8 @@ def restarts(intents: list[do.Intent]) -> list[do.Restart]:
 
 def state(mind: Mind, known: Recorded, t: float = T) -> str:
     held = known.hold is not None and not known.hold.over(t)
-    return report.state_name(None, True, mind, known.gave_up is not None, held)
+    reboot = known.reboot_required is not None
+    return report.state_name(None, True, mind, known.gave_up is not None, held, reboot)
 
 
 # --- triggers ------------------------------------------------------------------------------------
@@ -253,10 +254,16 @@ def test_drain_goes_at_its_deadline_however_busy() -> None:
     assert len(restarts(said)) == 1 and "drain deadline" in str(said)
 
 
-def test_drain_without_request_gauges_goes_at_once() -> None:
-    no_gauges = Scrape(None, "no vllm:num_requests_running")
-    mind, said = decide.gate(pending("uptime"), facts(), up_since(7200), no_gauges, T, CFG)
+def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
+    """--disable-log-stats: nothing says the engine is quiet, so running chats are not cut."""
+    active, no_gauges = up_since(7200), Scrape(None, "no vllm:num_requests_running")
+    mind, said = decide.gate(pending("uptime"), facts(), active, no_gauges, T, CFG)
+    assert restarts(said) == [] and mind.pending is not None
+    assert state(mind, facts()) == "draining"
+    end = T + CFG.drain.deadline
+    mind, said = decide.gate(mind, now(facts(), end), active, no_gauges, end, CFG)
     assert len(restarts(said)) == 1 and mind.pending is None
+    assert "waited the whole drain deadline" in str(said)
 
 
 def test_drain_with_no_reading_at_all_waits_for_its_deadline() -> None:
@@ -380,4 +387,32 @@ def test_state_names_are_derived_in_order() -> None:
     )
     assert report.state_name(None, False, Mind(), False, False) == "starting"
     assert state(Mind(), known) == "gave up"
-    assert set(report.STATES) == {"starting", "idle", "draining", "restarting", "held", "gave up"}
+    assert report.state_name(None, True, Mind(), True, False, reboot=True) == "reboot required"
+    assert set(report.STATES) == {
+        "starting",
+        "idle",
+        "draining",
+        "restarting",
+        "held",
+        "gave up",
+        "reboot required",
+    }
+
+
+def test_memory_falling_after_every_stop_and_drop_requires_a_reboot_and_refuses_restarts() -> None:
+    trend = cfg(memory={"trend_runs": 3, "trend_fall_gib": 2.0})
+    known = replace(facts(), after_drops=(100.0, 98.5, 96.0))
+    mind, said = decide.memory_trend(Mind(), known, ended("manual", ok=True), trend)
+    (flag,) = [i.flag for i in said if isinstance(i, do.RequireReboot)]
+    assert flag.available_after_drop_gib == (100.0, 98.5, 96.0) and flag.fall_gib == 4.0
+    assert [i.kind for i in said if isinstance(i, do.Notify)] == ["reboot_required"]
+    # once flagged: no second flag, and an automatic restart is refused
+    flagged = replace(known, reboot_required=flag)
+    assert decide.memory_trend(Mind(), flagged, ended("crash", ok=True), trend)[1] == []
+    mind, said = decide.gate(pending("crash"), flagged, up_since(7200), None, T, trend)
+    assert mind.pending is None and restarts(said) == []
+    assert "reboot required" in str(said)
+    assert state(Mind(), flagged) == "reboot required"
+    # memory that came back at one run: no flag
+    back = replace(facts(), after_drops=(100.0, 101.0, 96.0))
+    assert decide.memory_trend(Mind(), back, ended("manual", ok=True), trend)[1] == []

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkwarden.draftshape import DEPTH_RATIO, healthy_share, nnls
+from sparkwarden.draftshape import DEPTH_RATIO, healthy_share, nnls, reach, too_trimmed
 
 DRAFTS = 1e6
 
@@ -79,3 +79,39 @@ def test_nnls_meets_the_optimality_conditions(cols: list[list[float]], y: list[f
         assert gradient <= 1e-7 * scale
         if x[j] > 1e-9:
             assert abs(gradient) <= 1e-7 * scale
+
+
+def test_reach_bounds_what_could_have_reached_each_position() -> None:
+    # 100 drafts of K=5, 400 drafted tokens: 100 slots trimmed (at least 25 drafts cut to 1)
+    assert reach(100, 400, 5) == [(100, 100), (75, 100), (67, 100), (50, 100), (0, 75)]
+    # 300 slots trimmed: at most 100 past position 3, so 200 at 1..3, 3 at most per draft
+    assert reach(100, 200, 5)[3] == (0, 33)
+    assert reach(100, 500, 5) == [(100, 100)] * 5  # none trimmed: every draft reached every one
+    assert reach(100, None, 5) == [(100, 100)] * 5
+
+
+def test_which_drafts_were_trimmed_is_not_in_the_counters() -> None:
+    """Why reach is a range: two trimmings give vLLM's counters the same values (drafts,
+    drafted tokens, accepted per position) yet different drafts at position 1."""
+
+    def counters(lengths: list[int], accepted: int) -> tuple[int, int, list[int]]:
+        per_pos = [0] * 5
+        for length in lengths:
+            for i in range(min(accepted, length)):
+                per_pos[i] += 1
+        return len(lengths), sum(lengths), per_pos
+
+    cut_to_one = [1] * 25 + [5] * 75  # 25 drafts miss positions 1 to 4
+    last_missing = [4] * 100  # every draft misses only position 4
+    assert counters(cut_to_one, 1) == counters(last_missing, 1)
+    reached_1 = [sum(n >= 2 for n in lengths) for lengths in (cut_to_one, last_missing)]
+    assert reached_1 == [75, 100]
+    fewest, most = reach(100, 400, 5)[1]
+    assert fewest <= min(reached_1) and max(reached_1) <= most  # both inside the bounds
+
+
+def test_heavily_trimmed_drafts_are_not_read() -> None:
+    rates = [DRAFTS * 0.6 * (0.48) ** i for i in range(5)]
+    assert healthy_share(rates, DRAFTS, DRAFTS * 5) == pytest.approx(1.0, abs=0.02)
+    assert healthy_share(rates, DRAFTS, DRAFTS * 3.5) is None  # 30% of the slots trimmed
+    assert too_trimmed(DRAFTS, DRAFTS * 3.5, 5) and not too_trimmed(DRAFTS, DRAFTS * 4.9, 5)

@@ -148,7 +148,7 @@ def test_a_planned_restart_under_streaming_load_cuts_no_request(
     cut = [r for r in results if r.kind == "cut"]
     assert cut == [], cut
     assert stop["running_at_stop"] >= 1 and stop["shutdown_timeout"] == 30.0
-    assert stop["stop_timeout"] == 40.0 and stop["killed"] is False
+    assert stop["stop_timeout"] == 60.0 and stop["killed"] is False  # 30 s + doctor's margin
     refused = [r for r in results if r.kind == "refused"]
     assert refused, "no request arrived while the engine was down"
     # Refused by the gateway with an HTTP error, not left to time out.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,11 +61,30 @@ def test_doctor_finds_the_traps_on_real_containers(
         init=True,
         volumes={str(cache): {"bind": "/root/.cache/vllm", "mode": "rw"}},
     )
+    etc = tmp_path / "etc-vllm"
+    etc.mkdir()
+    (etc / "serve.yaml").write_text(
+        "gpu-memory-utilization: 0.9\ndisable-log-stats: true\nspeculative-config:\n  method: mtp\n"
+    )
+    wrapped, _ = stage.llm(
+        "wrapped",
+        "--config",
+        "/run/vllm/serve.yaml",
+        "--shutdown-timeout",
+        "120",
+        shell=True,
+        stop_timeout=60,
+        volumes={str(etc): {"bind": "/run/vllm", "mode": "ro"}},
+    )
+    hidden, _ = stage.llm("hidden", "--config", "/opt/serve.yaml", start=False)
     healer = stage.voice("tts", labels={"autoheal": "true"})
     quiet = stage.voice("stt")
     missing = stage.name("renamed-away")
     config = make_config(
-        [risky, safe, missing], port, [healer, quiet], memory={"start_min_available_gib": 100000}
+        [risky, safe, missing, wrapped, hidden],
+        port,
+        [healer, quiet],
+        memory={"start_min_available_gib": 100000},
     )
 
     result = run_cli(config, "doctor", "--json")
@@ -82,6 +103,14 @@ def test_doctor_finds_the_traps_on_real_containers(
     assert found[("config", "stop-timeout")]["severity"] == "warning"  # the test config's 10s
     assert found[(safe, "gpu-memory-utilization")]["severity"] == "info"
     assert not [k for k, f in found.items() if k[0] in (safe, quiet) and f["severity"] != "info"]
+    # sh -c "...": the --config YAML read through the container's mount on the host
+    assert stage.attrs(wrapped)["Config"]["Cmd"][:2] == ["sh", "-c"]
+    assert found[(wrapped, "gpu-memory-utilization")]["severity"] == "error"
+    assert "mtp" in found[(wrapped, "drafter-scratch")]["message"]
+    assert found[(wrapped, "disable-log-stats")]["severity"] == "error"
+    assert found[(wrapped, "shutdown-timeout")]["severity"] == "error"  # the test config's 10s
+    assert found[(wrapped, "container-shutdown-timeout")]["severity"] == "warning"  # 60 < 150
+    assert "on no mount" in found[(hidden, "config-file")]["message"]
 
     text = run_cli(config, "doctor")
     assert text.returncode == 1 and "ERROR" in text.stdout and "fix: docker update" in text.stdout
@@ -256,3 +285,88 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
         assert name.removesuffix("_total") in used, name
     for name in set(re.findall(r"\bsparkwarden_[a-z_]+", ALERTS.read_text())):
         assert name in used, f"alerts.yml uses {name}, which sparkwarden does not export"
+
+
+# --- memory that never comes back ---------------------------------------------------------------
+
+
+@pytest.fixture
+def vanishing_memory() -> Iterator[Any]:
+    """A tmpfs that grows between runs: shared memory that drop_caches cannot reclaim, as the
+    unified memory GB10 leaks across restarts. Small (a few GiB of a shared 24 GiB machine),
+    always unmounted."""
+    mount = Path(tempfile.mkdtemp(prefix="sw-leak-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4g", "sw-leak", str(mount)], check=True)
+    blobs = [0]
+
+    def grow(gib: float) -> None:
+        chunk = b"\xa5" * (1 << 20)
+        with (mount / f"blob-{blobs[0]}").open("wb") as blob:
+            for _ in range(int(gib * 1024)):
+                blob.write(chunk)
+        blobs[0] += 1
+
+    try:
+        yield grow
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+        mount.rmdir()
+
+
+@pytest.mark.docker
+def test_memory_that_keeps_vanishing_across_runs_means_reboot_required(
+    stage: Stage,
+    make_daemon_config: Any,
+    tmp_path: Path,
+    receiver: Receiver,
+    vanishing_memory: Any,
+) -> None:
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    listen = f"127.0.0.1:{free_port()}"
+    hook = tmp_path / "hook"
+    hook.write_text(receiver.url("/hook"))
+    config = make_daemon_config(
+        [llm],
+        port,
+        [],
+        memory={"start_min_available_gib": 1, "trend_runs": 3, "trend_fall_gib": 2.0},
+        metrics={"listen": listen},
+        notify=[{"kind": "webhook", "url_file": str(hook)}],
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        for run in range(3):
+            if run:
+                vanishing_memory(1.5)  # 1.5 GiB more gone before each later run
+            done = run_cli(config, "restart")
+            assert done.returncode == 0, done.stdout + done.stderr
+        status = wait_for(
+            "reboot required", lambda: (s := daemon.status())["reboot_required"] and s
+        )
+        after = status["memory_trend"]["available_after_drop_gib"]
+        assert len(after) == 3 and after[0] > after[1] > after[2]
+        assert status["memory_trend"]["fall_gib"] > 2.0
+        assert status["daemon"]["state"] == "reboot required"
+        text = run_cli(config, "status")
+        assert text.returncode == 1
+        assert "REBOOT REQUIRED: MemAvailable after stop+drop" in text.stdout
+        as_json = json.loads(run_cli(config, "status", "--json").stdout)
+        assert as_json["reboot_required"] is True and as_json["memory_trend"]["fall_gib"] > 2.0
+        samples = {
+            f.name: f.samples
+            for f in text_string_to_metric_families(
+                httpx.get(f"http://{listen}/metrics", timeout=5).text
+            )
+        }
+        assert samples["sparkwarden_reboot_required"][0].value == 1.0
+        wait_for("the notification", lambda: receiver.got)
+        assert json.loads(receiver.got[0]["body"])["event"] == "reboot_required"
+        # no automatic restart now: a crash is left alone until an operator acts
+        stage.client.containers.get(llm).kill()
+        wait_for("the refusal", lambda: "reboot required: memory leaks" in daemon.text())
+        assert daemon.runs_with("crash", finished=False) == []
+        assert run_cli(config, "reset").returncode == 0
+        assert wait_for("cleared", lambda: daemon.status()["reboot_required"] is False)
+    finally:
+        daemon.stop()

@@ -242,15 +242,15 @@ def test_a_failure_before_the_gateway_does_not_blame_it(tmp_path: Path) -> None:
 
 def test_running_requests_get_vllms_shutdown_timeout_before_sigkill(tmp_path: Path) -> None:
     docker = FakeDocker(
-        {"llm": "running", "stt": "running"}, flags={"llm": ["--shutdown-timeout=60"]}
+        {"llm": "running", "stt": "running"}, flags={"llm": ["--shutdown-timeout=200"]}
     )
     config, parts = build(tmp_path, docker, FakeHost([100.0]))
     parts.vllm.running = 3  # type: ignore[attr-defined]
     assert sequence.restart(config, "schedule", parts).ok
-    assert docker.stop_timeouts == [180.0]  # 60 s to finish them, then the 120 s teardown
+    assert docker.stop_timeouts == [230.0]  # 200 s to finish them, then doctor's 30 s teardown
     step = _step(parts, "stop_llm")
-    assert step.detail["running_at_stop"] == 3 and step.detail["shutdown_timeout"] == 60.0
-    assert "3 request(s) running, given up to 60s to finish" in step.detail["summary"]
+    assert step.detail["running_at_stop"] == 3 and step.detail["shutdown_timeout"] == 200.0
+    assert "3 request(s) running, given up to 200s to finish" in step.detail["summary"]
 
 
 def test_running_requests_on_an_engine_without_shutdown_timeout_are_recorded_cut(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.config import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.containers import ContainerState
-from sparkwarden.metrics import EngineMetrics
+from sparkwarden.metrics import EngineMetrics, NoStats, parse
 from sparkwarden.triggers import (
     AUTOMATIC,
     REASONS,
@@ -20,6 +23,8 @@ from sparkwarden.triggers import (
     drain_observe,
     health_observe,
     memory_observe,
+    memory_trend,
+    off,
     uptime_due,
 )
 
@@ -143,15 +148,56 @@ def test_failing_canary_behind_a_200_counts() -> None:
     assert why is not None and "chat canary" in why
 
 
-def test_stalled_engine_fires_busy_one_does_not() -> None:
+def frozen(
+    running: float = 4.0, generation: float = 5000.0, prompt: float = 9000.0
+) -> EngineMetrics:
+    return EngineMetrics(None, running, 0.0, generation, prompt_tokens=prompt)
+
+
+def test_a_stall_is_confirmed_by_a_failed_chat_before_it_fires() -> None:
     state = HealthState()
     for t in range(0, 330, 30):  # tokens frozen while 4 requests "run"
-        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0))
-    assert why is not None and "stalled" in why
+        state, why = check(state, t, UP, metrics=frozen())
+        assert why is None
+    assert state.suspect is not None and "confirming with a chat request" in state.last
+    hung = ChatOutcome(False, "no answer within 60s")
+    state, why = check(state, 360, UP, metrics=frozen(), canary=hung)
+    assert why is not None and why.startswith("stalled: generation and prompt tokens frozen")
+    assert "a chat request failed too: no answer within 60s" in why
+
+
+def test_a_stuck_gauge_with_a_working_engine_is_reported_not_restarted() -> None:
+    state = HealthState()
+    for t in range(0, 330, 30):
+        state, why = check(state, t, UP, metrics=frozen())
+    answered = ChatOutcome(True, "answered in 0.4s")
+    state, why = check(state, 360, UP, metrics=frozen(), canary=answered)
+    assert why is None and state.suspect is None
+    assert state.stuck_gauge is not None and "stuck gauge" in state.last
+    # the chat moved the counters; the gauge stays stuck: still reported, never a restart
+    for t in range(390, 1500, 30):
+        state, why = check(state, t, UP, metrics=frozen(generation=5001.0, prompt=9012.0))
+        if state.suspect:
+            state, why = check(state, t, UP, metrics=frozen(5001.0, 9012.0), canary=answered)
+        assert why is None
+    assert state.stuck_gauge is not None
+    state, _ = check(state, 1530, UP, metrics=frozen(running=0.0))
+    assert state.stuck_gauge is None  # the gauge came back to 0
+
+
+def test_prompt_tokens_moving_is_not_a_stall() -> None:
+    """A long prefill: no token generated for minutes, but prompt tokens are processed."""
+    state = HealthState()
+    for t in range(0, 600, 30):
+        state, why = check(state, t, UP, metrics=frozen(prompt=9000.0 + 100 * t))
+        assert why is None and state.suspect is None
+
+
+def test_busy_engine_is_not_stalled() -> None:
     state = HealthState()
     for t in range(0, 330, 30):  # tokens flowing: just busy
-        state, why = check(state, t, UP, metrics=EngineMetrics(None, 4.0, 0.0, 5000.0 + t))
-        assert why is None
+        state, why = check(state, t, UP, metrics=frozen(generation=5000.0 + t))
+        assert why is None and state.suspect is None
 
 
 def test_memory_floor_alerts_once_per_episode() -> None:
@@ -188,8 +234,45 @@ def test_drain_deadline_and_no_gauges() -> None:
     assert go is None
     _, go = drain_observe(state, BUSY, 600, cfg)
     assert go is not None and "deadline" in go
-    _, go = drain_observe(DrainState(started=0), None, 0, cfg)
-    assert go == "no request gauges to wait on"
+
+
+def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
+    """--disable-log-stats: nothing says the engine is quiet, so running chats are not cut."""
+    cfg = DrainConfig(quiet=30, deadline=600)
+    no_gauges = EngineMetrics(None, None, None, None)
+    state, go = drain_observe(DrainState(started=0), None, 0, cfg)
+    assert go is None and "waiting the whole drain deadline (600s left)" in state.note
+    state, go = drain_observe(state, no_gauges, 590, cfg)
+    assert go is None and "(10s left)" in state.note
+    state, go = drain_observe(state, None, 600, cfg)
+    assert go == "no request gauges: waited the whole drain deadline of 600s"
+
+
+LLM = {"containers": ["vllm"], "base_url": "http://127.0.0.1:8000"}
+
+
+def test_off_says_which_triggers_are_off_and_why() -> None:
+    cfg = Config.model_validate(
+        {
+            "llm": LLM,
+            "watch": {"max_uptime": 0},
+            "health": {"canary_interval": 0},
+        }
+    )
+    page = (Path(__file__).parent / "fixtures/vllm/0.33.0/no-stats.prom").read_text()
+    with pytest.raises(NoStats) as caught:
+        parse(page)
+    out = off(cfg, None, str(caught.value), None)
+    assert set(out) == {"uptime", "acceptance", "stall", "drain", "canary"}
+    assert "--disable-log-stats" in out["acceptance"] and "--disable-log-stats" in out["stall"]
+    assert (
+        out["drain"] == "no request gauges: a planned restart waits the whole drain deadline (600s)"
+    )
+    assert off(Config.model_validate({"llm": LLM}), BUSY, "ok", None) == {
+        "acceptance": "no spec-decode counters (no --speculative-config)"
+    }
+    with_spec = parse((Path(__file__).parent / "fixtures/vllm/0.12.0/k5.prom").read_text())
+    assert off(Config.model_validate({"llm": LLM}), with_spec, "ok", True) == {}
 
 
 BUDGET = BudgetConfig(max_runs=3, window=6 * 3600, backoff=120, backoff_max=3600)
@@ -235,3 +318,38 @@ def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> 
     state, why = gateway_observe(state, ChatOutcome(True, "answered 'ready'"), t=30.0)
     assert why is None and state.ok is True and state.failing_since is None
     assert gateway_observe(state, bad, t=40.0)[1] is not None  # a new episode is told again
+
+
+TREND = MemoryConfig(trend_runs=3, trend_fall_gib=2.0)
+
+
+def test_memory_that_keeps_falling_after_stop_and_drop_means_reboot() -> None:
+    leak = memory_trend([100.0, 99.0, 97.5, 95.0], TREND)  # the last 3: 99 -> 97.5 -> 95
+    assert leak is not None and leak.readings == (99.0, 97.5, 95.0) and leak.fall_gib == 4.0
+    assert "fell at each of the last 3 runs, 99.0 -> 95.0 GiB (4.0 GiB" in leak.why
+
+
+def test_memory_trend_needs_every_run_falling_and_enough_of_a_fall() -> None:
+    assert memory_trend([99.0, 97.5], TREND) is None  # too few runs
+    assert memory_trend([99.0, 99.5, 95.0], TREND) is None  # one run got memory back
+    assert memory_trend([99.0, 98.5, 97.5], TREND) is None  # 1.5 GiB: within the noise
+    assert memory_trend([99.0, 97.0, 94.0], MemoryConfig(trend_runs=3, trend_fall_gib=0)) is None
+
+
+def test_drain_with_a_stuck_gauge_reads_idle_from_the_tokens() -> None:
+    """num_requests_running stuck above 0 (vLLM #22545): without this the drain would wait
+    its whole deadline every time; idle is then no token moving for ``quiet``."""
+    cfg = DrainConfig(quiet=30, deadline=600)
+    state = DrainState(started=0)
+    for t in range(0, 100, 10):  # tokens moving: real work behind the stuck gauge
+        state, go = drain_observe(state, frozen(generation=5000.0 + t), t, cfg, stuck_gauge=True)
+        assert go is None
+    assert "request gauge stuck" in state.note
+    for t in range(100, 140, 10):  # nothing moves
+        state, go = drain_observe(state, frozen(generation=5090.0), t, cfg, stuck_gauge=True)
+    assert go == "idle for 30s"
+    # the same gauges, not known to be stuck: a busy engine, wait to the deadline
+    state = DrainState(started=0)
+    for t in range(0, 600, 10):
+        state, go = drain_observe(state, frozen(), t, cfg)
+        assert go is None

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
-from sparkwarden.adapters.vllm import chat_body, completion_tokens, first_model, interpret_chat
+from sparkwarden.adapters.vllm import (
+    VllmClient,
+    chat_body,
+    completion_tokens,
+    first_model,
+    interpret_chat,
+)
 
 
 def answer(content: object = "ready", finish: object = "stop") -> str:
@@ -73,6 +80,20 @@ def test_first_model() -> None:
     assert first_model({"object": "list", "data": [{"id": "qwen"}]}) == "qwen"
     assert first_model({"data": []}) is None
     assert first_model("nonsense") is None
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [(200, "up"), (503, "dead"), (500, "dead")],  # 503 from vLLM 0.12 on; an empty 500 on 0.10
+)
+def test_health_reads_every_version_of_a_dead_engine(code: int, status: str) -> None:
+    client = VllmClient("http://vllm.test")
+    client._http = httpx.Client(
+        base_url="http://vllm.test",
+        transport=httpx.MockTransport(lambda request: httpx.Response(code, content=b"")),
+    )
+    assert client.health().status == status
+    assert client.health().detail == f"HTTP {code}"
 
 
 def test_the_drafting_canary_is_greedy_seeded_bounded_and_thinks_not() -> None:

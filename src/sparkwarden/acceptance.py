@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sparkwarden import draftshape
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.draftshape import healthy_share
 from sparkwarden.metrics import EngineMetrics, SpecDecode
@@ -77,6 +78,12 @@ def _rate(old: SpecDecode, new: SpecDecode) -> float:
     return (new.accepted - old.accepted) / (new.draft_tokens - old.draft_tokens)
 
 
+def trimmed_share(old: SpecDecode, new: SpecDecode) -> float:
+    """The share of draft slots (drafts x K) the scheduler trimmed between two scrapes."""
+    slots = (new.drafts - old.drafts) * len(new.per_pos)
+    return 1 - (new.draft_tokens - old.draft_tokens) / slots if slots > 0 else 0.0
+
+
 def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method] | None:
     """A window's score: the healthy share of its drafting when the engine counts per position
     (None while too few drafts to read the shape), else its acceptance rate (``"rate"``: not
@@ -84,7 +91,7 @@ def score(old: SpecDecode, new: SpecDecode) -> tuple[float, Method] | None:
     drafts = new.drafts - old.drafts
     if len(new.per_pos) >= 2 and len(old.per_pos) == len(new.per_pos):
         accepted = [b - a for a, b in zip(old.per_pos, new.per_pos, strict=True)]
-        share = healthy_share(accepted, drafts)
+        share = healthy_share(accepted, drafts, new.draft_tokens - old.draft_tokens)
         return None if share is None else (share, "shape")
     return _rate(old, new), "rate"
 
@@ -114,8 +121,14 @@ def observe(
 
     drafted = spec.draft_tokens - anchor.draft_tokens
     scored = score(anchor, spec) if drafted >= cfg.min_draft_tokens else None
-    if scored is None:  # too few tokens to judge: the window stays open
+    if scored is None:  # too few tokens (or too trimmed) to judge: the window stays open
         note = f"window open: {drafted:.0f} drafted tokens so far, too few to judge"
+        drafts = spec.drafts - anchor.drafts
+        if draftshape.too_trimmed(drafts, drafted, len(spec.per_pos)):
+            note = (
+                f"window open: {trimmed_share(anchor, spec):.0%} of draft slots trimmed under "
+                "load: which drafts reached the deeper positions is not known, no shape to read"
+            )
         return replace(state, available=True, note=note), None
     value, method = scored
     context = state.context_sum / state.context_n if state.context_n else None
@@ -174,7 +187,8 @@ def _learn(
     if learnt < cfg.learn_windows:
         return replace(state, note=f"learning the baseline ({learnt}/{cfg.learn_windows} windows)")
     pooled = score(learn_from, spec)
-    assert pooled is not None  # it spans the windows just scored, so it reads at least as well
+    if pooled is None:  # each window read, but pooled with trimmed ones the shape cannot be
+        return replace(state, learnt=learnt - 1, note="learning the baseline: drafts trimmed")
     return replace(
         state,
         baseline=_rate(learn_from, spec),

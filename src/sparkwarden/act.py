@@ -59,6 +59,9 @@ class Hands:
                 case do.GiveUp(gave_up):
                     self.kept.give_up(gave_up)
                     wrote = True
+                case do.RequireReboot(flag):
+                    self.kept.require_reboot(flag)
+                    wrote = True
                 case do.ExpireHold():
                     self.kept.release()
                     wrote = True

@@ -183,6 +183,11 @@ class MemoryConfig(_Section):
     floor_gib: Annotated[float, Field(ge=0)] = 8.0
     floor_for: Duration = 120.0
     floor_action: Literal["warn", "pause_voice", "restart"] = "warn"
+    #: what MemAvailable returns to after each stop and drop: when it falls at every one of the
+    #: last ``trend_runs`` runs, by more than ``trend_fall_gib`` in all (0: off), memory is
+    #: leaking that only a reboot returns (spark-vllm-docker #257): no more automatic restarts
+    trend_runs: Annotated[int, Field(ge=2)] = 4
+    trend_fall_gib: Annotated[float, Field(ge=0)] = 8.0
 
 
 class StateConfig(_Section):

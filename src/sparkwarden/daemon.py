@@ -194,7 +194,10 @@ class Daemon:
         self.seen = self.observer.look(t, self.facts.last_container)
         self._decide(decide.on_look(self.mind, self.seen, self.config))
         eager = decide.canary_owed(self.mind, t, self.config)
-        self.seen = self.observer.engine(self.seen, eager=eager)
+        health = self.mind.health
+        self.seen = self.observer.engine(
+            self.seen, eager, health.suspect is not None, health.stuck_gauge is not None
+        )
         self._decide(decide.on_engine(self.mind, self.seen, self.config))
 
     def _gate(self, t: float) -> None:
@@ -244,6 +247,7 @@ class Daemon:
     def _after_run(self, ended: RunEnded) -> None:
         self.observer.after_run(ended.at, ended.outcome.ok)
         self.facts = self._read_journal()
+        self._decide(decide.memory_trend(self.mind, self.facts, ended, self.config))
         self._decide(decide.after_run(self.mind, ended, self.stopping))
         self._tick(time.time())
 

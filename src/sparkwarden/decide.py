@@ -21,7 +21,7 @@ from apscheduler.triggers.base import BaseTrigger
 from sparkwarden import acceptance, canary, triggers
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState
-from sparkwarden.facts import GaveUp
+from sparkwarden.facts import GaveUp, RebootRequired
 from sparkwarden.intents import (
     ClearGaveUp,
     EventsSeen,
@@ -30,6 +30,7 @@ from sparkwarden.intents import (
     Intent,
     Notify,
     QuietVoiceForMemory,
+    RequireReboot,
     Restart,
     ResumeVoiceAfterMemory,
     RunEnded,
@@ -162,6 +163,7 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
         mind, more = on_scrape(mind, seen.scrape, t, cfg)
         intents += more
     if seen.check is not None and seen.active is not None:
+        before = mind.health
         health, why = triggers.health_observe(
             mind.health,
             t=t,
@@ -173,6 +175,10 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
             cfg=cfg.health,
         )
         mind = replace(mind, health=health)
+        if health.suspect and not before.suspect:
+            intents.append(Say("warning", "stall_suspected", {"why": health.suspect}))
+        if health.stuck_gauge and not before.stuck_gauge:
+            intents.append(Say("warning", "stuck_gauge", {"why": health.stuck_gauge}))
         if why:
             mind, more = want(mind, "unhealthy", why, t)
             intents += more
@@ -330,6 +336,8 @@ def _admit(
         refuse = f"held until {local_time(hold.to_json()['until'])}: {hold.reason}"
     elif facts.gave_up:
         refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
+    elif facts.reboot_required:
+        refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
     elif mind.operator_stopped:
         refuse = f"{mind.operator_stopped} was stopped by hand"
     dropped = replace(mind, pending=None)
@@ -389,7 +397,10 @@ def gate(
         if sample is None:  # no reading this pass (Docker did not answer): not known quiet
             drain, go = triggers.drain_blind(drain, t, cfg.drain)
         else:
-            drain, go = triggers.drain_observe(drain, sample.engine, t, cfg.drain)
+            stuck = mind.health.stuck_gauge is not None
+            drain, go = triggers.drain_observe(
+                drain, sample.engine, t, cfg.drain, stuck_gauge=stuck
+            )
         mind = replace(mind, pending=replace(pending, drain=drain))
         if go is None:
             return mind, intents
@@ -398,6 +409,23 @@ def gate(
 
 
 # --- after a run -------------------------------------------------------------------------------
+
+
+def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> Decision:
+    """After each run: has what MemAvailable returns to after stop and drop kept falling?"""
+    if facts.reboot_required is not None:
+        return mind, []
+    leak = triggers.memory_trend(list(facts.after_drops), cfg.memory)
+    if leak is None:
+        return mind, []
+    at = datetime.fromtimestamp(ended.at, UTC).isoformat(timespec="seconds")
+    flag = RebootRequired(leak.why, leak.readings, leak.fall_gib, at)
+    subject = ended.outcome.container or "llm"
+    return mind, [
+        RequireReboot(flag),
+        Say("error", "reboot_required", flag.to_json()),
+        Notify("reboot_required", subject, f"reboot required: {leak.why}", flag.to_json()),
+    ]
 
 
 def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:

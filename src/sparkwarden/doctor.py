@@ -4,10 +4,12 @@ data, the config and the host's memory, each finding with a severity and a one-l
 
 from __future__ import annotations
 
-import json
+import posixpath
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from sparkwarden import vllmflags
 from sparkwarden.config import Config
 
 Severity = Literal["error", "warning", "info"]
@@ -18,6 +20,8 @@ MAX_GPU_UTIL = 0.80
 #: Speculative decoding methods whose drafter allocates per-sequence scratch outside the pool.
 DRAFTERS = ("dflash", "mtp", "eagle", "eagle3", "medusa", "ngram", "deepseek_mtp")
 RISKY_SEQS = 8
+#: After ``--shutdown-timeout``, vLLM still tears its engine down (it kills it after ~5 s).
+SHUTDOWN_MARGIN = 30.0
 FIGHTING_POLICIES = ("always", "unless-stopped", "on-failure")
 AUTOHEAL_LABELS = ("autoheal", "autoheal.stop.timeout", "com.centurylinklabs.watchtower.enable")
 
@@ -39,30 +43,44 @@ def command_line(attrs: dict[str, Any]) -> list[str]:
     return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
 
 
-def flag(argv: list[str], name: str) -> str | None:
-    """The value of ``--name V`` or ``--name=V`` in a command line (vLLM's own spellings)."""
-    alt = name.replace("-", "_")
-    for i, arg in enumerate(argv):
-        for spelling in (name, alt):
-            if arg == f"--{spelling}" and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(f"--{spelling}="):
-                return arg.split("=", 1)[1]
-    return None
+def host_path(attrs: dict[str, Any], path: str) -> str | None:
+    """Where a file inside the container lives on the host, through its bind mounts and
+    volumes (the longest matching destination wins); None when no mount holds it."""
+    config = attrs.get("Config") or {}
+    if not path.startswith("/"):
+        path = posixpath.join(config.get("WorkingDir") or "/", path)
+    path = posixpath.normpath(path)
+    best: tuple[int, str] | None = None
+    for mount in attrs.get("Mounts") or []:
+        dest, source = mount.get("Destination") or "", mount.get("Source") or ""
+        inside = path == dest or path.startswith(dest.rstrip("/") + "/")
+        if source and inside and (best is None or len(dest) > best[0]):
+            best = (len(dest), source + path[len(dest.rstrip("/")) :])
+    return best[1] if best else None
 
 
-def shutdown_timeout(attrs: dict[str, Any]) -> float | None:
-    """vLLM's ``--shutdown-timeout``: how long it lets running requests finish after SIGTERM
-    (0, its default, aborts them). None when the command line does not set it or is unreadable."""
-    text = flag(command_line(attrs), "shutdown-timeout")
+def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` (0.33+): how long it lets running requests finish after
+    SIGTERM (0, its default, aborts them). None when not given, or given as no number."""
+    if "shutdown-timeout" not in flags:
+        return None
     try:
-        return float(text) if text is not None else None
+        return vllmflags.shutdown_timeout(flags)
     except ValueError:
         return None
 
 
-def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Finding]:
-    argv = command_line(attrs)
+def check_llm(
+    name: str,
+    attrs: dict[str, Any],
+    mem_total_gib: float,
+    flags: Mapping[str, str],
+    stop_timeout: float | None = None,
+    config_problem: str | None = None,
+) -> list[Finding]:
+    """``flags``: the engine's command line and ``--config`` file read by :mod:`vllmflags`;
+    ``stop_timeout``: sparkwarden's ``llm.stop_timeout``; ``config_problem``: why the
+    ``--config`` file could not be read, if it could not."""
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
     found: list[Finding] = []
@@ -70,7 +88,25 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
     def add(severity: Severity, check: str, message: str, fix: str) -> None:
         found.append(Finding(severity, name, check, message, fix))
 
-    util_text = flag(argv, "gpu-memory-utilization")
+    if config_problem is not None:
+        add(
+            "warning",
+            "config-file",
+            f"--config {flags.get('config')}: {config_problem}; the flags set there "
+            "(speculative config, --disable-log-stats, memory) were not checked",
+            "mount the file from the host (e.g. -v /etc/vllm:/etc/vllm:ro), "
+            "or pass the flags on the command line",
+        )
+    if flags.get("disable-log-stats") == "true":
+        add(
+            "error",
+            "disable-log-stats",
+            "--disable-log-stats: /metrics answers with no vllm: series, so sparkwarden cannot "
+            "see running requests (a planned restart waits the whole drain deadline), nor a "
+            "stalled engine, nor drafting health",
+            "remove --disable-log-stats (the stat logger costs little)",
+        )
+    util_text = flags.get("gpu-memory-utilization")
     if util_text is not None:
         try:
             util = float(util_text)
@@ -96,8 +132,8 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
                     f"{mem_total_gib:.0f} GiB ({left:.0f} GiB left)",
                     "none needed",
                 )
-    method = speculative_method(flag(argv, "speculative-config"))
-    seqs_text = flag(argv, "max-num-seqs")
+    method = speculative_method(vllmflags.speculative(flags))
+    seqs_text = flags.get("max-num-seqs")
     seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else None
     if method and (seqs is None or seqs > RISKY_SEQS):
         add(
@@ -117,6 +153,7 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
             f"docker update --restart=no {name}",
         )
     stop = config.get("StopTimeout")
+    found += _shutdown(name, flags, stop, stop_timeout)
     if stop is None or stop <= 10:
         add(
             "warning",
@@ -134,7 +171,7 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
             "cold boots instead of ~2)",
             "mount a volume at /root/.cache/vllm (e.g. -v vllm-cache:/root/.cache/vllm)",
         )
-    if (flag(argv, "kv-cache-dtype") or "").startswith("fp8"):
+    if (flags.get("kv-cache-dtype") or "").startswith("fp8"):
         add(
             "info",
             "fp8-kv-cache",
@@ -152,15 +189,54 @@ def check_llm(name: str, attrs: dict[str, Any], mem_total_gib: float) -> list[Fi
     return found
 
 
-def speculative_method(text: str | None) -> str | None:
-    if not text:
+def speculative_method(spec: dict[str, Any] | None) -> str | None:
+    if spec is None:
         return None
-    try:
-        spec = json.loads(text)
-    except ValueError:
+    if not spec:
         return "unparsed --speculative-config"
-    method = spec.get("method") if isinstance(spec, dict) else None
-    return str(method) if method else "speculative decoding"
+    return str(spec.get("method") or "speculative decoding")
+
+
+def _shutdown(
+    name: str, flags: Mapping[str, str], container_stop: float | None, stop_timeout: float | None
+) -> list[Finding]:
+    """A stop timeout shorter than vLLM's own drain (``--shutdown-timeout``, 0.33+) plus its
+    teardown SIGKILLs the engine while running requests finish."""
+    try:
+        drain = vllmflags.shutdown_timeout(flags)
+    except ValueError as exc:
+        return [Finding("error", name, "shutdown-timeout", str(exc), "give it a number of seconds")]
+    if drain <= 0:
+        return []
+    need = drain + SHUTDOWN_MARGIN
+    why = (
+        f"is shorter than --shutdown-timeout {drain:g}s plus {SHUTDOWN_MARGIN:g}s of teardown: "
+        "the stop SIGKILLs vLLM while it lets running requests finish"
+    )
+    found = []
+    if stop_timeout is not None and stop_timeout < need:
+        found.append(
+            Finding(
+                "error",
+                name,
+                "shutdown-timeout",
+                f"sparkwarden's llm.stop_timeout {stop_timeout:g}s {why}",
+                f'set llm.stop_timeout to "{need:g}s" or more',
+            )
+        )
+    container = container_stop if container_stop is not None else 10.0
+    if container < need:
+        found.append(
+            Finding(
+                "warning",
+                name,
+                "container-shutdown-timeout",
+                f"the container's stop timeout {container:g}s {why} (a plain docker stop, or "
+                "a host shutdown)",
+                f"recreate it with --stop-timeout {need:g}",
+            )
+        )
+    return found
 
 
 def check_voice(name: str, attrs: dict[str, Any]) -> list[Finding]:

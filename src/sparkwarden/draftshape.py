@@ -14,6 +14,21 @@ like decay, so the grid starts at ``LOWEST``: no real text is that hard. And ``D
 need not be known: with ratio ``k/c`` the curve of ``a`` equals the curve of ``c*a`` divided by
 ``c``, so a wrong ratio rescales every window by the same factor, which the trigger's baseline
 (learnt the same way after each restart) cancels.
+
+Drafts of different lengths. Position ``i`` counts drafts with at least ``i+1`` tokens accepted,
+but the scheduler trims drafts to its token budget and to ``max_model_len``: a draft cut to ``L``
+tokens cannot be accepted past ``L``. Divided by *all* drafts, deep positions then fall with load,
+not with health (on vLLM's own pages, half the drafts cut to 2 of 5 tokens reads 1.35x "healthier"
+than the same drafter uncut: the shape looks like harder text). The right divisor is the drafts
+that *reached* position ``i``; vLLM counts that (0.33's ``num_draft_tokens_per_pos``) but exports
+no per-position draft counter in any release, only the total of drafted tokens. From drafts ``N``,
+drafted tokens ``D`` and K positions, ``M = N*K - D`` draft slots were trimmed, and a draft that
+misses position ``i`` misses all ``K - i`` slots from there, so at most ``M // (K - i)`` drafts
+missed it; every counted draft reached position 0 (a draft of no token is not counted). Which
+drafts were cut is not in the counters: 1.5N slots missing may be 0.5N drafts cut to 2, or 0.375N
+cut to 1. So a position is read only where that doubt is small: at most ``TRIM_DOUBT`` of the drafts
+may have missed it, and its rate is taken over the middle of what could have reached it. Deeper
+positions are left out; with fewer than two left the window cannot be read, and stays open.
 """
 
 from __future__ import annotations
@@ -26,22 +41,51 @@ LOWEST = 0.25
 GRID = tuple(LOWEST + (1.0 - LOWEST) * j / 12 for j in range(13))
 #: accepted tokens the hardest text would have at a position for it to be read (noise ~18 %)
 MIN_COUNT = 30
+#: the largest share of drafts that may have been trimmed short of a position it is read at
+TRIM_DOUBT = 0.1
 
 
-def healthy_share(accepted: Sequence[float], drafts: float) -> float | None:
+def reach(drafts: float, draft_tokens: float | None, positions: int) -> list[tuple[float, float]]:
+    """For each position, the fewest and the most drafts that could have reached it, from the
+    drafts and the drafted tokens (see the module docstring: the exact number is not exported)."""
+    missing = max(0.0, drafts * positions - draft_tokens) if draft_tokens is not None else 0.0
+    bounds = [(drafts, drafts)]
+    for i in range(1, positions):
+        # a draft missing position i misses K - i slots from there; the slots past i are at
+        # most drafts * (K-1-i), and a draft cut before i misses at most i slots up to it
+        before = max(0.0, missing - drafts * (positions - 1 - i))
+        fewest = max(0.0, drafts - missing // (positions - i))
+        bounds.append((fewest, max(fewest, drafts - math.ceil(before / i))))
+    return bounds
+
+
+def too_trimmed(drafts: float, draft_tokens: float, positions: int) -> bool:
+    """So many drafts trimmed that position 1 cannot be read, and so no shape at all."""
+    return (
+        positions >= 2 and reach(drafts, draft_tokens, positions)[1][0] < (1 - TRIM_DOUBT) * drafts
+    )
+
+
+def healthy_share(
+    accepted: Sequence[float], drafts: float, draft_tokens: float | None = None
+) -> float | None:
     """The healthy share of drafting behind per-position accepted-token counts over ``drafts``
-    drafts; None while the drafts are too few to read a shape (fewer than two positions at
-    which even the hardest text, ``LOWEST``, would have been accepted ``MIN_COUNT`` times).
+    drafts of ``draft_tokens`` tokens in all (None: none trimmed); None while the drafts are too
+    few, or too trimmed, to read a shape (fewer than two positions at which even the hardest
+    text, ``LOWEST``, would have been accepted ``MIN_COUNT`` times and which at most
+    ``TRIM_DOUBT`` of the drafts may have missed).
 
     A position is read by what the hardest text would show there, not by what it did show: a
     collapsed drafter's empty deep positions are evidence, and are kept. Residuals are weighted
     by 1/sqrt(rate), as counting noise is, floored at ``MIN_COUNT`` tokens. About 0.2 ms."""
     floor = MIN_COUNT / drafts if drafts > 0 else math.inf
-    read = [
-        (i, n / drafts)
-        for i, n in enumerate(accepted)
-        if LOWEST * (DEPTH_RATIO * LOWEST) ** i >= floor
-    ]
+    read = []
+    for i, ((fewest, most), n) in enumerate(
+        zip(reach(drafts, draft_tokens, len(accepted)), accepted, strict=True)
+    ):
+        if fewest < (1 - TRIM_DOUBT) * drafts or LOWEST * (DEPTH_RATIO * LOWEST) ** i < floor:
+            break  # deeper positions are reached by fewer drafts and count fewer tokens
+        read.append((i, n / ((fewest + most) / 2)))
     if len(read) < 2:
         return None
     weights = [1 / math.sqrt(max(rate, floor)) for _, rate in read]

@@ -61,6 +61,11 @@ class SnapshotCollector(Collector):
             1.0 if s.gave_up else 0.0,
         )
         yield gauge(
+            "sparkwarden_reboot_required",
+            "1 when MemAvailable after stop and drop kept falling: no restarts until a reboot",
+            1.0 if s.reboot_required else 0.0,
+        )
+        yield gauge(
             "sparkwarden_held",
             "1 while an operator's hold is in force",
             1.0 if s.hold else 0.0,

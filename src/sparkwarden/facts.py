@@ -21,6 +21,8 @@ class Key(StrEnum):
     RESET_AT = "reset_at"
     MEMORY_PAUSED = "memory_paused"
     EVENTS_SEEN = "events_seen_until"
+    REBOOT_REQUIRED = "reboot_required"
+    MEMORY_TREND_FROM = "memory_trend_from"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,24 @@ class GaveUp:
         return {"reason": self.reason, "why": self.why, "at": self.at}
 
 
+@dataclass(frozen=True)
+class RebootRequired:
+    """MemAvailable after stop and drop kept falling: no automatic restart until a reset."""
+
+    why: str
+    available_after_drop_gib: tuple[float, ...]
+    fall_gib: float
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "why": self.why,
+            "available_after_drop_gib": list(self.available_after_drop_gib),
+            "fall_gib": self.fall_gib,
+            "at": self.at,
+        }
+
+
 class Kept:
     """Typed reads and writes of the durable facts, over one journal."""
 
@@ -83,6 +103,26 @@ class Kept:
         """Clear "gave up" and start the budget afresh: an operator's reset or successful run."""
         self.journal.delete(Key.GAVE_UP)
         self.journal.put(Key.RESET_AT, t)
+
+    def reboot_required(self) -> RebootRequired | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.REBOOT_REQUIRED)
+        if not raw:
+            return None
+        after = tuple(raw["available_after_drop_gib"])
+        return RebootRequired(raw["why"], after, raw["fall_gib"], raw["at"])
+
+    def require_reboot(self, flag: RebootRequired) -> None:
+        self.journal.put(Key.REBOOT_REQUIRED, flag.to_json())
+
+    def clear_reboot(self, t: float) -> None:
+        """An operator's reset (after the reboot): the memory trend starts afresh."""
+        self.journal.delete(Key.REBOOT_REQUIRED)
+        self.journal.put(Key.MEMORY_TREND_FROM, t)
+
+    def memory_after_drops(self) -> list[float]:
+        """MemAvailable after each run's stop and drop since the last reset of the trend."""
+        since = float(self.journal.get(Key.MEMORY_TREND_FROM) or 0.0)
+        return self.journal.memory_after_drops(since)
 
     def reset_at(self) -> float:
         return float(self.journal.get(Key.RESET_AT) or 0.0)

@@ -93,6 +93,7 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
         return {"ok": True}
     if isinstance(request, ResetRequest):
         kept.reset(time.time())
+        kept.clear_reboot(time.time())
         log.info("budget_reset")
         return {"ok": True}
     raise SparkwardenError(f"unknown request {request!r}")

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sparkwarden.facts import GaveUp
+from sparkwarden.facts import GaveUp, RebootRequired
 from sparkwarden.notices import Notice
 from sparkwarden.sequence import Outcome
 from sparkwarden.triggers import Reason
@@ -37,6 +37,13 @@ class Restart:
 @dataclass(frozen=True)
 class GiveUp:
     gave_up: GaveUp
+
+
+@dataclass(frozen=True)
+class RequireReboot:
+    """Memory leaks across restarts: no automatic restart until an operator resets."""
+
+    flag: RebootRequired
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ Intent = (
     Say
     | Restart
     | GiveUp
+    | RequireReboot
     | ExpireHold
     | ClearGaveUp
     | Notify

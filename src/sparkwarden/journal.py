@@ -239,6 +239,18 @@ class Journal:
         ).fetchall()
         return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
 
+    def memory_after_drops(self, since: float) -> list[float]:
+        """``MemAvailable`` (GiB) after the stop and drop of each run since a time, oldest
+        first: the drop_caches step's own figure, ok or failed."""
+        rows = self._db.execute(
+            "SELECT json_extract(s.detail, '$.available_after_gib') AS gib FROM steps s"
+            " JOIN runs r ON r.id = s.run_id WHERE s.name = 'drop_caches'"
+            " AND r.started_at >= ? AND r.result != 'dry-run'"
+            " AND json_extract(s.detail, '$.available_after_gib') IS NOT NULL ORDER BY s.id",
+            (since,),
+        ).fetchall()
+        return [float(r["gib"]) for r in rows]
+
     def run_counts(self) -> list[dict[str, Any]]:
         """How many runs ended how, by reason, and when the newest of each ended (for
         sparkwarden's own metrics: the counters, and which outcome came last)."""

@@ -21,15 +21,32 @@ CREATED = "vllm:spec_decode_num_draft_tokens_created"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 GENERATION = "vllm:generation_tokens_total"
+PROMPT = "vllm:prompt_tokens_total"
 #: KV-cache usage (0..1); older vLLM names it after the GPU cache
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 #: The series ``sparkwarden record`` keeps: enough to replay every decision, nothing more.
-RECORDED_PREFIXES = (PREFIX, "vllm:num_requests_", "vllm:generation_tokens", *KV_CACHE)
+RECORDED_PREFIXES = (
+    PREFIX,
+    "vllm:num_requests_",
+    "vllm:generation_tokens",
+    "vllm:prompt_tokens_total",
+    *KV_CACHE,
+)
+#: What it means when a page that answers has no ``vllm:`` series at all.
+NO_STATS = (
+    "/metrics has no vllm: series: the engine runs with --disable-log-stats "
+    "(no request gauges, no token or spec-decode counters)"
+)
 
 
 class MetricsError(SparkwardenError):
     """The page is not Prometheus text."""
+
+
+class NoStats(MetricsError):
+    """A well-formed page without a single ``vllm:`` series: vLLM started with
+    ``--disable-log-stats`` creates no stat logger, yet ``/metrics`` answers 200 (0.10 to 0.33)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class EngineMetrics:
     waiting: float | None
     generation_tokens: float | None
     kv_cache: float | None = None
+    prompt_tokens: float | None = None
 
     @property
     def busy(self) -> bool:
@@ -79,11 +97,13 @@ def parse(text: str) -> EngineMetrics:
                     created = sample.value if created is None else min(created, sample.value)
                 elif name in KV_CACHE:  # a share per engine: the fullest one speaks for all
                     kv_cache = sample.value if kv_cache is None else max(kv_cache, sample.value)
-                elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, RUNNING, WAITING, GENERATION):
+                elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, RUNNING, WAITING, GENERATION, PROMPT):
                     sums[name] = sums.get(name, 0.0) + sample.value
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise MetricsError(f"/metrics is not Prometheus text: {exc}") from None
     if not sums and not per_pos:
+        if "vllm:" not in text:
+            raise NoStats(NO_STATS)
         raise MetricsError("/metrics has none of the vllm: series sparkwarden reads")
     spec = None
     if DRAFT_TOKENS in sums and ACCEPTED in sums:
@@ -94,7 +114,14 @@ def parse(text: str) -> EngineMetrics:
             per_pos=tuple(per_pos[i] for i in sorted(per_pos)),
             created=created,
         )
-    return EngineMetrics(spec, sums.get(RUNNING), sums.get(WAITING), sums.get(GENERATION), kv_cache)
+    return EngineMetrics(
+        spec,
+        sums.get(RUNNING),
+        sums.get(WAITING),
+        sums.get(GENERATION),
+        kv_cache,
+        sums.get(PROMPT),
+    )
 
 
 def keep_recorded(text: str) -> str:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 Notice = Literal[
-    "run_failed", "gave_up", "crash_recovered", "memory_floor", "drafting_suspect", "gateway_failed"
+    "run_failed",
+    "gave_up",
+    "crash_recovered",
+    "memory_floor",
+    "drafting_suspect",
+    "reboot_required",
+    "gateway_failed",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
@@ -14,5 +20,6 @@ TITLES: Final[dict[Notice, str]] = {
     "crash_recovered": "sparkwarden: crashed LLM recovered",
     "memory_floor": "sparkwarden: memory below the floor",
     "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
+    "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
 }

@@ -38,7 +38,7 @@ def payload(target: NotifyTarget, event: Event, host: str) -> dict[str, Any]:
     """The request for one target: keyword arguments for ``httpx.Client.post``."""
     title = TITLES[event.kind]
     if target.kind == "ntfy":
-        priority = "urgent" if event.kind == "gave_up" else "high"
+        priority = "urgent" if event.kind in ("gave_up", "reboot_required") else "high"
         return {
             "content": f"{host}: {event.summary}".encode(),
             "headers": {"Title": title, "Priority": priority, "Tags": "sparkwarden"},

@@ -18,7 +18,7 @@ from sparkwarden.canary import Round
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.errors import SparkwardenError
-from sparkwarden.facts import GaveUp, Hold, Kept
+from sparkwarden.facts import GaveUp, Hold, Kept, RebootRequired
 from sparkwarden.sequence import Parts
 from sparkwarden.triggers import PastRun
 
@@ -82,6 +82,9 @@ class Recorded:
     last_container: str | None
     run_counts: list[dict[str, object]]
     read_at: float
+    reboot_required: RebootRequired | None = None
+    #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
+    after_drops: tuple[float, ...] = ()
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -96,6 +99,8 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         last_container=journal.last_container(),
         run_counts=journal.run_counts(),
         read_at=t,
+        reboot_required=kept.reboot_required(),
+        after_drops=tuple(kept.memory_after_drops()),
     )
 
 
@@ -120,9 +125,17 @@ class Observer:
             error = str(exc)
         return Observation(t, active, error, self.parts.host.memory())
 
-    def engine(self, seen: Observation, eager: bool = False) -> Observation:
+    def engine(
+        self,
+        seen: Observation,
+        eager: bool = False,
+        confirm_stall: bool = False,
+        stuck: bool = False,
+    ) -> Observation:
         """The look, with /metrics and /health added when they are due and the LLM runs
-        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell)."""
+        (/metrics every tick when ``eager``: a drafting canary waits for an idle spell).
+        ``confirm_stall``: a stall is suspected, send the chat even while busy; ``stuck``: the
+        request gauge is known stuck, so it does not say busy."""
         cfg, t = self.config, seen.t
         if not seen.running:
             return seen
@@ -132,7 +145,7 @@ class Observer:
             scrape = self.scrape()
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
-            check = self._check_health(t)
+            check = self._check_health(t, confirm_stall, stuck)
         return replace(seen, scrape=scrape, check=check)
 
     def scrape(self) -> Scrape:
@@ -150,17 +163,18 @@ class Observer:
         self.last_scrape = scrape
         return scrape
 
-    def _check_health(self, t: float) -> HealthCheck:
-        """/health, and the chat canary when due and the engine is idle enough to spare it."""
+    def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
+        """/health, and the chat canary when due and the engine is idle enough to spare it, or
+        when a suspected stall needs one real chat to confirm it."""
         cfg, vllm = self.config, self.parts.vllm
         watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
         probes = 2 if watched else 1  # the canary, then the users' path
         self.lease(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + MARGIN)
         health = vllm.health(timeout=cfg.health.timeout)
         engine = self.last_scrape.engine
-        busy = engine is not None and engine.busy
+        busy = engine is not None and engine.busy and not stuck
         canary_due = cfg.health.canary_interval > 0 and t >= self.due["canary"]
-        if not canary_due or health.status != "up" or busy:
+        if not confirm_stall and (not canary_due or health.status != "up" or busy):
             return HealthCheck(health, None, engine)
         self.due["canary"] = t + cfg.health.canary_interval
         model = cfg.llm.model or vllm.served_model()

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
-from sparkwarden import canary, logs
+from sparkwarden import canary, logs, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
@@ -24,7 +24,7 @@ from sparkwarden.observe import Observation, Observer, Recorded
 
 log = logs.get("sparkwarden.daemon")
 
-State = Literal["starting", "idle", "draining", "restarting", "held", "gave up"]
+State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
 STATES: Final[tuple[State, ...]] = get_args(State)
 
 
@@ -34,6 +34,7 @@ class DaemonView:
     pid: int | None
     state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
     pending: str | None
+    drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,10 @@ class Snapshot:
     gave_up: dict[str, str] | None
     last_run: dict[str, Any] | None
     run_counts: list[dict[str, Any]] = field(default_factory=list)
+    #: each trigger or safeguard that cannot act now, and why (triggers.off)
+    off: dict[str, str] = field(default_factory=dict)
+    reboot_required: bool = False
+    memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
     gateway: GatewayView | None = None  # the users' path, with a [gateway]
 
     def to_json(self) -> dict[str, Any]:
@@ -110,13 +115,17 @@ class Snapshot:
         return asdict(self)
 
 
-def state_name(step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool) -> str:
+def state_name(
+    step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool, reboot: bool = False
+) -> str:
     """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
     if step is not None:
         return f"restarting: {step}" if step else "restarting"
     name: State = "idle"
     if not ready:
         name = "starting"
+    elif reboot:
+        name = "reboot required"
     elif gave_up:
         name = "gave up"
     elif mind.pending is not None and mind.pending.drain is not None:
@@ -169,8 +178,16 @@ def build(
         daemon=DaemonView(
             running=running,
             pid=os.getpid(),
-            state=state_name(step, ready, mind, facts.gave_up is not None, hold is not None),
+            state=state_name(
+                step,
+                ready,
+                mind,
+                facts.gave_up is not None,
+                hold is not None,
+                facts.reboot_required is not None,
+            ),
             pending=mind.pending.reason if mind.pending else None,
+            drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
         ),
         llm=LlmView(
             container=active.name if active else None,
@@ -203,6 +220,14 @@ def build(
         gave_up=facts.gave_up.to_json() if facts.gave_up else None,
         last_run=facts.last_run,
         run_counts=facts.run_counts,
+        off=triggers.off(
+            cfg,
+            observer.last_scrape.engine,
+            observer.last_scrape.note,
+            None if acc.method is None else acc.method == "shape",
+        ),
+        reboot_required=facts.reboot_required is not None,
+        memory_trend=facts.reboot_required.to_json() if facts.reboot_required else None,
         gateway=(
             GatewayView(cfg.gateway.url, cfg.gateway.watch, **asdict(mind.gateway))
             if cfg.gateway

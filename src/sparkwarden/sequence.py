@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from sparkwarden import doctor, faults, logs, metrics
+from sparkwarden import doctor, faults, logs, metrics, vllmflags
+from sparkwarden.actions.doctor import vllm_config_file
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.adapters.vllm import VllmClient
@@ -327,7 +328,7 @@ class _Run:
                 },
                 skipped=True,
             )
-        grace = doctor.shutdown_timeout(docker.attrs(active.name))
+        grace = engine_grace(docker.attrs(active.name))
         timeout = stop_timeout(timeout, grace)
         running = in_flight(self.parts.vllm.metrics())
         self.parts.journal.remember(self.id, llm_stopped=True)
@@ -544,10 +545,19 @@ class _Run:
         return Done(summary, detail, skipped=not self.paused)
 
 
+def engine_grace(attrs: dict[str, Any]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
+    ``--config`` file through the container's mounts); None when not set."""
+    argv = doctor.command_line(attrs)
+    return doctor.shutdown_timeout(vllmflags.read(argv, vllm_config_file(attrs, argv)[0]))
+
+
 def stop_timeout(configured: float, shutdown_grace: float | None) -> float:
-    """``docker stop``'s timeout: vLLM's ``--shutdown-timeout`` lets running requests finish
-    first, and the teardown after it still needs the configured time, so SIGKILL waits for both."""
-    return configured + (shutdown_grace or 0.0)
+    """``docker stop``'s timeout: above vLLM's ``--shutdown-timeout`` (running requests finish)
+    by doctor's teardown margin, and never under the configured one."""
+    if not shutdown_grace:
+        return configured
+    return max(configured, shutdown_grace + doctor.SHUTDOWN_MARGIN)
 
 
 def in_flight(metrics_text: str | None) -> int | None:
@@ -601,10 +611,10 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
     quiet = f"{verb} {_names(to_quiet)}"
     if left_alone:
         quiet += "; leave as they are: " + ", ".join(f"{n} ({s})" for n, s in left_alone.items())
-    grace = doctor.shutdown_timeout(docker.attrs(active.name)) if active.up else None
+    grace = engine_grace(docker.attrs(active.name)) if active.up else None
     stop = (
         f"docker stop {active.name} with a {stop_timeout(llm.stop_timeout, grace):g}s timeout"
-        + (f" (vLLM's --shutdown-timeout {grace:g}s + {llm.stop_timeout:g}s)" if grace else "")
+        + (f" (above vLLM's --shutdown-timeout {grace:g}s)" if grace else "")
         if active.up
         else f"nothing: {active.name} is {active.status} (exit code {active.exit_code})"
     )

@@ -46,7 +46,11 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def exit_code(snapshot: dict[str, Any]) -> int:
-    if snapshot.get("gave_up") or snapshot.get("llm", {}).get("status") != "running":
+    if (
+        snapshot.get("gave_up")
+        or snapshot.get("reboot_required")
+        or snapshot.get("llm", {}).get("status") != "running"
+    ):
         return EXIT_PROBLEM
     if not snapshot.get("daemon", {}).get("running"):
         return EXIT_NO_DAEMON
@@ -101,6 +105,13 @@ def format_text(s: dict[str, Any]) -> str:
     else:
         head = f"NOT RUNNING; last known state from {s.get('written_at') or 'nowhere'}"
     lines = [f"sparkwarden: {head}"]
+    if daemon.get("drain"):
+        lines.append(f"drain:       {daemon['drain']}"[:79])
+    if s.get("reboot_required"):
+        trend = s.get("memory_trend") or {}
+        after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
+        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB"[:79])
+        lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
         lines.append(
@@ -129,6 +140,8 @@ def format_text(s: dict[str, Any]) -> str:
         )
         lines.append(f"             {acc.get('note') or '-'}"[:79])
         lines += _canary_lines(acc.get("canary") or {})
+    for name, why in (s.get("off") or {}).items():
+        lines.append(f"off:         {name}: {why}"[:79])
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Final, Literal, get_args
 
 from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.config import BudgetConfig, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.config import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.containers import ContainerState
 from sparkwarden.metrics import EngineMetrics
 
@@ -78,8 +79,13 @@ class ExitWatch:
 class HealthState:
     failures: int = 0
     last: str = "not checked yet"
-    generation: float | None = None
-    generation_since: float | None = None
+    #: generation and prompt tokens at the last scrape, and since when they have not moved
+    progress: tuple[float | None, float | None] | None = None
+    progress_since: float | None = None
+    #: why a stall is suspected: the daemon then sends one chat request, even while "busy"
+    suspect: str | None = None
+    #: a request gauge stuck above 0 on an engine that answers (vLLM #22545, #29928)
+    stuck_gauge: str | None = None
 
 
 def health_observe(
@@ -93,31 +99,56 @@ def health_observe(
     metrics: EngineMetrics | None,
     cfg: HealthConfig,
 ) -> tuple[HealthState, str | None]:
-    """One health check: count failures in a row; a busy engine's slow answer is not one."""
+    """One health check: count failures in a row; a busy engine's slow answer is not one.
+
+    A stall is generation *and* prompt tokens frozen for ``stall_after`` while requests run,
+    confirmed by one real chat request: vLLM's ``num_requests_running`` can stay above 0 after
+    every request was aborted (#22545, #29928), and an engine with a stuck gauge still answers.
+    So a suspected stall sets ``suspect`` (the daemon sends the chat at the next check, busy or
+    not); a failed chat restarts, an answered one is reported as a stuck gauge, not restarted."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
     if uptime_s < boot_grace:
         return HealthState(last=f"booting ({uptime_s:.0f}s < grace {boot_grace:g}s)"), None
 
-    generation_since = state.generation_since
-    generation = metrics.generation_tokens if metrics else None
-    if generation is not None and generation != state.generation:
-        generation_since = t
-    stalled = (
+    progress = (
+        (metrics.generation_tokens, metrics.prompt_tokens)
+        if metrics and metrics.generation_tokens is not None
+        else None
+    )
+    since = state.progress_since
+    if progress is not None and progress != state.progress:
+        since = t
+        state = replace(state, suspect=None)
+    if metrics is not None and metrics.running == 0:
+        state = replace(state, stuck_gauge=None)
+    state = replace(state, progress=progress, progress_since=since)
+    frozen = (
         metrics is not None
         and bool(metrics.running)
-        and generation_since is not None
-        and t - generation_since >= cfg.stall_after
+        and since is not None
+        and t - since >= cfg.stall_after
     )
-    state = replace(state, generation=generation, generation_since=generation_since)
-    if stalled:
+    if frozen:
+        running = metrics.running if metrics else 0
         why = (
-            f"stalled: generation_tokens frozen for {t - (generation_since or t):.0f}s "
-            f"with {metrics.running if metrics else 0:g} requests running"
+            f"generation and prompt tokens frozen for {t - (since or t):.0f}s "
+            f"with {running:g} requests running"
         )
-        return replace(state, last=why, failures=0), why
+        if state.suspect is None or canary is None:
+            note = f"suspected stall ({why}): confirming with a chat request"
+            return replace(state, suspect=why, last=note, failures=0), None
+        if not canary.ok:
+            return HealthState(last=f"stalled: {why}"), (
+                f"stalled: {why}; a chat request failed too: {canary.detail}"
+            )
+        note = (
+            f"stuck gauge: {why}, yet a chat request was answered: the engine works "
+            "(vLLM #22545), not restarting"
+        )
+        return replace(state, suspect=None, stuck_gauge=note, progress_since=t, last=note), None
 
-    busy = metrics is not None and metrics.busy
+    busy = metrics is not None and metrics.busy and state.stuck_gauge is None
     failure: str | None = None
     if health is not None and health.status in ("dead", "loading"):
         failure = f"/health: {health.detail}"
@@ -127,7 +158,7 @@ def health_observe(
         failure = f"chat canary: {canary.detail}"
     if failure is None:
         note = "busy: a slow /health is not counted" if health and health.status != "up" else "ok"
-        return replace(state, failures=0, last=note), None
+        return replace(state, failures=0, last=state.stuck_gauge or note), None
     failures = state.failures + 1
     state = replace(state, failures=failures, last=failure)
     if failures >= cfg.failures:
@@ -184,6 +215,38 @@ def gateway_observe(
     return GatewayWatch(False, f"FAILED {outcome.detail}", t), why
 
 
+# --- memory trend --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leak:
+    """MemAvailable after the stop and drop of the last runs (GiB, oldest first), falling."""
+
+    readings: tuple[float, ...]
+    fall_gib: float
+    why: str
+
+
+def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
+    """What ``MemAvailable`` returned to after each stop and drop: falling at every one of the
+    last ``trend_runs`` runs, and by more than ``trend_fall_gib`` in all, is memory the driver
+    never gives back (on GB10 only a reboot returns it; restarting on walks the box into a
+    lock-up). One run that got memory back ends the trend."""
+    if cfg.trend_fall_gib <= 0 or len(readings) < cfg.trend_runs:
+        return None
+    last = readings[-cfg.trend_runs :]
+    falling = all(b < a for a, b in pairwise(last))
+    fall = last[0] - last[-1]
+    if not falling or fall <= cfg.trend_fall_gib:
+        return None
+    why = (
+        f"MemAvailable after stop and drop fell at each of the last {len(last)} runs, "
+        f"{last[0]:.1f} -> {last[-1]:.1f} GiB ({fall:.1f} GiB, more than "
+        f"{cfg.trend_fall_gib:g}): memory that only a reboot returns"
+    )
+    return Leak(tuple(round(r, 2) for r in last), round(fall, 2), why)
+
+
 # --- drain ---------------------------------------------------------------------------------------
 
 
@@ -191,20 +254,47 @@ def gateway_observe(
 class DrainState:
     started: float
     quiet_since: float | None = None
+    note: str = "waiting for the engine to go idle"
+    progress: tuple[float | None, float | None] | None = None
 
 
 def drain_observe(
-    state: DrainState, metrics: EngineMetrics | None, t: float, cfg: DrainConfig
+    state: DrainState,
+    metrics: EngineMetrics | None,
+    t: float,
+    cfg: DrainConfig,
+    stuck_gauge: bool = False,
 ) -> tuple[DrainState, str | None]:
-    """Go when no request has run or waited for ``quiet``, or at ``deadline`` regardless."""
+    """Go when no request has run or waited for ``quiet``, or at ``deadline`` regardless.
+
+    Without request gauges (``--disable-log-stats``, or a ``/metrics`` that does not answer)
+    nothing says the engine is quiet, so the drain waits its whole deadline rather than cut
+    running chats at once; ``note`` says why, for status. With ``num_requests_running`` known
+    to be stuck (:class:`HealthState`), idle is read from the tokens instead: none moving."""
     if metrics is None or metrics.running is None:
-        return state, "no request gauges to wait on"
+        left = cfg.deadline - (t - state.started)
+        state = replace(
+            state,
+            quiet_since=None,
+            note=f"no request gauges, cannot see the engine idle: waiting the whole drain "
+            f"deadline ({max(left, 0.0):.0f}s left)",
+        )
+        if left <= 0:
+            return state, f"no request gauges: waited the whole drain deadline of {cfg.deadline:g}s"
+        return state, None
     quiet_since = state.quiet_since
-    if metrics.busy:
+    progress = (metrics.generation_tokens, metrics.prompt_tokens)
+    note = "waiting for the engine to go idle"
+    busy = metrics.busy
+    if stuck_gauge and metrics.generation_tokens is not None:
+        moved = state.progress is None or progress != state.progress
+        busy = bool(metrics.waiting) or moved
+        note = "request gauge stuck: waiting for the tokens to stop moving"
+    if busy:
         quiet_since = None
     elif quiet_since is None:
         quiet_since = t
-    state = replace(state, quiet_since=quiet_since)
+    state = replace(state, quiet_since=quiet_since, note=note, progress=progress)
     if quiet_since is not None and t - quiet_since >= cfg.quiet:
         return state, f"idle for {t - quiet_since:.0f}s"
     return state, _drain_deadline(state, t, cfg)
@@ -221,6 +311,40 @@ def _drain_deadline(state: DrainState, t: float, cfg: DrainConfig) -> str | None
     if t - state.started >= cfg.deadline:
         return f"drain deadline of {cfg.deadline:g}s reached, going ahead"
     return None
+
+
+# --- what is off ---------------------------------------------------------------------------------
+
+
+def off(
+    cfg: Config, metrics: EngineMetrics | None, metrics_note: str, per_position: bool | None
+) -> dict[str, str]:
+    """Each trigger or safeguard that cannot act right now, and why, for status: the ones the
+    config turns off, and the ones the engine's ``/metrics`` leaves blind (``per_position``:
+    whether the acceptance trigger reads per-position counters; None before it knows)."""
+    out: dict[str, str] = {}
+    blind = metrics_note if metrics is None else None
+    if cfg.watch.max_uptime <= 0:
+        out["uptime"] = "watch.max_uptime is 0"
+    if not cfg.acceptance.enabled:
+        out["acceptance"] = "acceptance.enabled is false"
+    elif blind:
+        out["acceptance"] = f"no metrics: {blind}"
+    elif metrics is not None and metrics.spec is None:
+        out["acceptance"] = "no spec-decode counters (no --speculative-config)"
+    elif per_position is False:
+        out["acceptance"] = "watched, not acted on: no per-position counters"
+    if blind or (metrics is not None and metrics.running is None):
+        out["stall"] = f"no request gauges: {blind or 'vllm:num_requests_running missing'}"
+        out["drain"] = (
+            f"no request gauges: a planned restart waits the whole drain deadline "
+            f"({cfg.drain.deadline:g}s)"
+        )
+    if cfg.health.canary_interval <= 0:
+        out["canary"] = "health.canary_interval is 0"
+    if cfg.memory.floor_gib <= 0:
+        out["memory"] = "memory.floor_gib is 0"
+    return out
 
 
 # --- budget --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shlex
 import socket
 import tarfile
 import time
@@ -89,17 +90,24 @@ class Stage:
         *standin_args: str,
         port: int | None = None,
         start: bool = True,
+        shell: bool = False,
         **create: Any,
     ) -> tuple[str, int]:
-        """A stand-in vLLM container publishing 127.0.0.1:port; returns (name, port)."""
+        """A stand-in vLLM container publishing 127.0.0.1:port; returns (name, port).
+        ``shell``: the command wrapped in ``sh -c "..."``, as operators often write it."""
         port = port or free_port()
         name = self.name(role)
+
+        def wrap(command: list[str]) -> list[str]:
+            return ["sh", "-c", shlex.join(command)] if shell else command
+
         if create.get("network_mode") == "host":  # the stand-in listens on the host's port
             command = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(port)]
-            self._create(name, [*command, *standin_args], start=start, **create)
+            self._create(name, wrap([*command, *standin_args]), start=start, **create)
             return name, port
         command = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", "8000", *standin_args]
-        self._create(name, command, ports={"8000/tcp": ("127.0.0.1", port)}, start=start, **create)
+        ports = {"8000/tcp": ("127.0.0.1", port)}
+        self._create(name, wrap(command), ports=ports, start=start, **create)
         return name, port
 
     def voice(self, role: str, start: bool = True, **create: Any) -> str:

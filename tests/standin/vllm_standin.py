@@ -8,10 +8,11 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
 - ``GET /v1/models``: ``{"object": "list", "data": [{"id": MODEL, ...}]}``.
 - ``POST /v1/chat/completions``: a chat completion, or vLLM's error shapes.
 - ``GET /metrics``: Prometheus text as ``prometheus_client`` writes it, with the spec-decode
-  counters (``_total`` + ``_created``), request gauges and ``generation_tokens``.
+  counters (``_total`` + ``_created``), request gauges, ``prompt_tokens`` and ``generation_tokens``.
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
-chat), crash after N seconds, acceptance decay, stalled engine, ignore SIGTERM, broken metrics.
+chat), crash after N seconds, acceptance decay, stalled engine (chats hang), stuck request gauge
+(chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
 
 Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
 requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
@@ -67,6 +68,7 @@ class Engine:
         self.accepted = 0.0
         self.per_pos = [0.0] * args.k
         self.generation = 0.0
+        self.prompt = 0.0
         self.running = args.running
         self.extra_running = 0  # chat requests being generated now
         self.lock = threading.Lock()
@@ -101,7 +103,7 @@ class Engine:
         with self.lock:
             now = time.monotonic()
             dt, self._last = now - self._last, now
-            if self.args.stall:
+            if self.args.stall or self.args.stuck_gauge:
                 return
             if self.traffic is not None:
                 self.traffic.background(self, self.traffic.clock(), dt)
@@ -120,6 +122,7 @@ class Engine:
                 accepted_total += got
             self.accepted += accepted_total
             self.generation += drafts + accepted_total
+            self.prompt += 4 * drafts
 
     def exposition(self) -> str:
         self.advance()
@@ -134,6 +137,7 @@ class Engine:
                     self.running + self.extra_running,
                     self.args.waiting,
                     self.created_at,
+                    prompt=self.prompt,
                 ),
                 model=self.args.model,
                 spec_decode=self.args.spec_decode,
@@ -296,6 +300,7 @@ class Counters:
     waiting: float
     created: float
     kv_cache: float = 0.0734
+    prompt: float = 0.0
 
 
 def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
@@ -331,8 +336,18 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     gauge("num_requests_running", "Number of requests in model execution batches.", c.running)
     gauge("num_requests_waiting", "Number of requests waiting to be processed.", c.waiting)
     gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache)
+    counter("prompt_tokens", "Number of prefill tokens processed.", [("", c.prompt)])
     counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
     return "\n".join(out) + "\n"
+
+
+#: What vLLM's /metrics answers under --disable-log-stats: process series, no vllm: ones.
+NO_STATS = (
+    b"# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+    b"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"
+    b"# HELP process_open_fds Number of open file descriptors.\n"
+    b"# TYPE process_open_fds gauge\nprocess_open_fds 61.0\n"
+)
 
 
 def serve_counted(engine: Engine, body: dict[str, object], max_tokens: int) -> int:
@@ -404,6 +419,8 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     self._send(404, b'{"detail":"Not Found"}')
                 elif args.metrics == "garbage":
                     self._send(200, b"<html>\x00 this is not prometheus {{{\n", "text/html")
+                elif args.metrics == "no-stats":  # --disable-log-stats: no stat logger at all
+                    self._send(200, NO_STATS, "text/plain; version=0.0.4; charset=utf-8")
                 else:
                     self._send(
                         200,
@@ -462,6 +479,9 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     self.wfile.flush()
                     os._exit(1)  # the engine dies on its first message
                 return
+            if args.stall:  # a hung scheduler: the request is taken and never answered
+                time.sleep(3600)
+                return
             max_tokens = int(body.get("max_tokens") or 16)
             if body.get("stream"):
                 with engine.generating():
@@ -517,6 +537,7 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     time.sleep(args.token_delay)
                 with engine.lock:
                     engine.generation += 1
+                    engine.prompt += 12
             self._json(
                 200,
                 {
@@ -569,7 +590,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stop-delay", type=float, default=0.0, help="teardown time after SIGTERM")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     p.add_argument("--spec-decode", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--metrics", default="ok", choices=["ok", "missing", "garbage"])
+    p.add_argument("--metrics", default="ok", choices=["ok", "missing", "garbage", "no-stats"])
     p.add_argument("--k", type=int, default=5, help="draft tokens per draft")
     p.add_argument("--drafts-per-s", type=float, default=40.0)
     p.add_argument("--acceptance", type=float, default=0.6)
@@ -578,7 +599,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--decay-over", type=float, default=60.0)
     p.add_argument("--running", type=float, default=0.0)
     p.add_argument("--waiting", type=float, default=0.0)
-    p.add_argument("--stall", action="store_true", help="generation frozen, requests running")
+    p.add_argument(
+        "--stall", action="store_true", help="tokens frozen, requests running, chats hang"
+    )
+    p.add_argument(
+        "--stuck-gauge",
+        action="store_true",
+        help="no traffic but num_requests_running stuck at --running; chats are answered",
+    )
     p.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
     p.add_argument(
         "--shutdown-timeout",

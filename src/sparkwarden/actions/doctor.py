@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
-from sparkwarden import doctor
+import yaml
+
+from sparkwarden import doctor, vllmflags
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import DROP_CACHES, Host
 from sparkwarden.config import Config
@@ -43,10 +46,14 @@ def gather(config: Config) -> list[Finding]:
                         )
                     )
                     continue
-                findings += (
-                    doctor.check_llm(name, attrs, total)
-                    if role == "llm"
-                    else doctor.check_voice(name, attrs)
+                if role == "voice":
+                    findings += doctor.check_voice(name, attrs)
+                    continue
+                argv = doctor.command_line(attrs)
+                yaml_config, problem = vllm_config_file(attrs, argv)
+                flags = vllmflags.read(argv, yaml_config)
+                findings += doctor.check_llm(
+                    name, attrs, total, flags, config.llm.stop_timeout, problem
                 )
     except SparkwardenError as exc:
         findings.append(
@@ -55,6 +62,27 @@ def gather(config: Config) -> list[Finding]:
     finally:
         docker.close()
     return findings
+
+
+def vllm_config_file(
+    attrs: dict[str, Any], argv: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The engine's ``--config`` YAML, read on the host through the container's mounts:
+    (its mapping, None), or (None, why it could not be read); (None, None) without one."""
+    path = vllmflags.config_file(argv)
+    if path is None:
+        return None, None
+    on_host = doctor.host_path(attrs, path)
+    if on_host is None:
+        return None, "the file is inside the image, on no mount sparkwarden can read"
+    try:
+        with open(on_host, encoding="utf-8") as file:
+            loaded = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        return None, f"could not read it on the host at {on_host}: {exc}"
+    if not isinstance(loaded, dict):
+        return None, f"{on_host} is not a YAML mapping of flags"
+    return loaded, None
 
 
 def run(config: Config, as_json: bool) -> int:

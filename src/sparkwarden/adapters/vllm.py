@@ -1,7 +1,10 @@
 """The vLLM OpenAI server: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/metrics``.
 
-``/health`` lies (an empty 200 over a dead EngineCore), so the only proof of life is a real chat
-request; the pure functions here say what a response means, the client only moves bytes.
+``/health`` reads an error flag, nothing more (vLLM 0.10.2, 0.12.0, 0.33.0): a *hung* engine (a
+stuck scheduler, a wedged kernel) still answers an empty 200; a dead EngineCore answers 503 from
+0.12 on (an empty 500 on 0.10), and the API server then exits within seconds, so a dead engine
+is mostly seen as connection refused. Hence the only proof of life is a real chat request. The
+pure functions here say what a response means; the client only moves bytes.
 """
 
 from __future__ import annotations
@@ -124,6 +127,8 @@ class VllmClient:
         self._http = httpx.Client(base_url=base_url, headers=headers)
 
     def health(self, timeout: float = 10.0) -> Health:
+        """200: "up" (which a hung engine also says); refused: "loading" (or the server exited
+        after its engine died); any other status (503 from 0.12, an empty 500 on 0.10): "dead"."""
         try:
             response = self._http.get("/health", timeout=timeout)
         except httpx.ConnectError:

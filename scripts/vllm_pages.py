@@ -1,0 +1,317 @@
+"""Make ``/metrics`` test pages with the metric classes of released vLLM versions.
+
+    .venv/bin/python scripts/vllm_pages.py [--versions 0.10.2 0.12.0 0.33.0] [--out DIR]
+
+For each version: ``pip download vllm==X --no-deps`` (the wheel, ~400 MB, kept in a cache
+directory), extract only the metric-logger modules (``vllm/v1/metrics/{loggers,stats,prometheus,
+utils,buckets,cache_hit_source}.py`` and ``vllm/v1/spec_decode/metrics.py``), then, in a fresh
+process per page, build vLLM's own ``PrometheusStatLogger``, feed it ``SchedulerStats``,
+``IterationStats`` and ``SpecDecodingStats`` (vLLM's classes: ``observe_draft`` counts per
+position exactly as the scheduler does) and write what ``prometheus_client`` exposes.
+
+What is stubbed, and why: every other ``vllm.*`` module (``vllm.config``, ``vllm.logger``,
+``vllm.envs``, ``vllm.v1.engine``, ``vllm.plugins``, the KV/EC connector metrics, and 0.33's
+``vllm/v1/metrics/perf.py``) because they import torch, CUDA kernels or the whole engine, none of
+which adds a series sparkwarden reads (perf's MFU series are off unless asked for); ``VllmConfig``
+is a plain object answering only what the loggers read; ``FinishReason`` is rebuilt from the
+wheel's ``FINISH_REASON_STRINGS`` (read, not imported); ``numpy`` (used only by the log-line
+formatter) when absent.
+
+Pages (``tests/fixtures/vllm/<version>/``): ``k1``, ``k5``, ``k15`` (one engine),
+``two-engines`` (K=5; 0.10.2 refuses spec decoding with two engines, so its page has none),
+``multiproc`` (``PROMETHEUS_MULTIPROC_DIR`` set, as with ``api_server_count > 1``: no
+``_created``), ``no-stats`` (``--disable-log-stats``: no logger, only process series),
+``trimmed`` (K=5, the drafter of ``k5``, but half the drafts are cut to 2 tokens,
+as the scheduler does under a token budget or near ``max_model_len``), ``trimmed-light`` (8 %
+of the drafts cut to 2), and both again with half the drafts spoilt (``...-decayed``).
+Deterministic: a seeded RNG, and process figures, pids and creation times pinned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import enum
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ("0.10.2", "0.12.0", "0.33.0")
+REAL = (
+    "vllm/v1/metrics/loggers.py",
+    "vllm/v1/metrics/stats.py",
+    "vllm/v1/metrics/prometheus.py",
+    "vllm/v1/metrics/utils.py",
+    "vllm/v1/metrics/buckets.py",
+    "vllm/v1/metrics/cache_hit_source.py",
+    "vllm/v1/spec_decode/metrics.py",
+)
+#: page name -> (K, engines, multiprocess, trimmed share, spoilt share); K=0: no spec decoding
+PAGES: dict[str, tuple[int, int, bool, float, float]] = {
+    "k1": (1, 1, False, 0.0, 0.0),
+    "k5": (5, 1, False, 0.0, 0.0),
+    "k15": (15, 1, False, 0.0, 0.0),
+    "two-engines": (5, 2, False, 0.0, 0.0),
+    "multiproc": (5, 2, True, 0.0, 0.0),
+    "no-stats": (0, 0, False, 0.0, 0.0),
+    "trimmed": (5, 1, False, 0.5, 0.0),
+    "trimmed-decayed": (5, 1, False, 0.5, 0.5),
+    "trimmed-light": (5, 1, False, 0.08, 0.0),
+    "trimmed-light-decayed": (5, 1, False, 0.08, 0.5),
+}
+DRAFTS = 4000
+TRIM_TO = 2
+#: the drafter: position-0 acceptance and the per-position fall (draftshape's model)
+ACCEPT = 0.7
+DEPTH = 0.8
+
+
+def fetch(version: str, cache: Path) -> Path:
+    """The metric modules of ``vllm==version``, extracted from its wheel."""
+    dest = cache / version
+    if (dest / "engine-init.py").exists():
+        return dest
+    wheels = cache / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps", "-d", wheels],
+        check=True,
+    )
+    (wheel,) = wheels.glob(f"vllm-{version}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in REAL:
+            if name in archive.namelist():
+                archive.extract(name, dest)
+        (dest / "engine-init.py").write_bytes(archive.read(ENGINE))
+    return dest
+
+
+# --- inside one page's process --------------------------------------------------------------
+
+
+ENGINE = "vllm/v1/engine/__init__.py"
+
+
+def finish_reasons(root: Path) -> type[enum.IntEnum]:
+    """vLLM's ``FinishReason``, its members read from the wheel's ``FINISH_REASON_STRINGS``
+    (0.10 and 0.12 have three, 0.33 five) without importing the module (msgspec, torch)."""
+    tree = ast.parse((root / "engine-init.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "FINISH_REASON_STRINGS" for t in node.targets
+        ):
+            names: tuple[str, ...] = ast.literal_eval(node.value)
+            members = {n.upper(): i for i, n in enumerate(names)}
+            reason = enum.IntEnum("FinishReason", members)  # type: ignore[misc]
+            reason.__str__ = lambda self, names=names: names[self.value]  # type: ignore[method-assign]
+            return reason
+    raise SystemExit(f"no FINISH_REASON_STRINGS in {root / 'engine-init.py'}")
+
+
+class Anything:
+    """A stand-in for a stubbed class: takes any arguments, every method does nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return Anything()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+class Config:
+    """``VllmConfig`` as far as the loggers read it; anything else is None (off)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
+class Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves every ``vllm.*`` module not extracted from the wheel as a stub."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "vllm" and not fullname.startswith("vllm."):
+            return None
+        relative = Path(*fullname.split("."))
+        if (self.root / relative).is_dir() or (self.root / relative).with_suffix(".py").exists():
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        if spec.name == "vllm.envs":
+            module.__getattr__ = lambda name: False  # type: ignore[method-assign]
+        elif spec.name == "vllm.logger":
+            module.init_logger = logging.getLogger  # type: ignore[attr-defined]
+        elif spec.name == "vllm.v1.engine":
+            module.FinishReason = finish_reasons(self.root)  # type: ignore[attr-defined]
+        else:
+            module.__getattr__ = lambda name: (  # type: ignore[method-assign]
+                _raise(name) if name.startswith("__") else type(name, (Anything,), {})
+            )
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+def _raise(name: str) -> Any:
+    raise AttributeError(name)
+
+
+def make_page(root: Path, version: str, page: str) -> str:
+    """One page: run in a fresh process (prometheus_client's registry is global)."""
+    k, engines, multiproc, trimmed, spoilt = PAGES[page]
+    if multiproc:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="vllm-pages-")
+    sys.meta_path.insert(0, Stubs(root))
+    sys.path.insert(0, str(root))
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        sys.modules["numpy"] = types.ModuleType("numpy")
+    import prometheus_client
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+    if page != "no-stats":
+        from vllm.v1.metrics import loggers, stats
+        from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+        if hasattr(loggers, "PerfMetricsProm"):
+            loggers.PerfMetricsProm = Anything  # torch-only MFU series: off unless asked for
+        speculative = Config(num_speculative_tokens=k, method="eagle") if k else None
+        if version == "0.10.2" and engines > 1:
+            speculative = None  # 0.10.2: "Prometheus metrics with Spec Decoding with >1 EngineCore"
+        config = Config(
+            model_config=Config(
+                served_model_name="qwen3-27b", max_model_len=262144, is_diffusion=False
+            ),
+            observability_config=Config(show_hidden_metrics=False, kv_cache_metrics=False),
+            cache_config=Config(num_gpu_blocks=4096),
+            speculative_config=speculative,
+        )
+        logger = loggers.PrometheusStatLogger(config, engine_indexes=list(range(engines)))
+        rng = random.Random(f"{version}/{page}")  # noqa: S311 (reproducible pages, not secrets)
+        for engine in range(engines):
+            running, waiting = 3 + engine, engine
+            kv_cache = 0.25 + engine / 10
+            scheduler = stats.SchedulerStats(
+                num_running_reqs=running, num_waiting_reqs=waiting, kv_cache_usage=kv_cache
+            )
+            if speculative is not None:
+                spec = SpecDecodingStats.new(k)
+                for _ in range(DRAFTS):
+                    length = TRIM_TO if k > TRIM_TO and rng.random() < trimmed else k
+                    spec.observe_draft(length, _accepted(rng, length, rng.random() < spoilt))
+                scheduler.spec_decoding_stats = spec
+            iteration = stats.IterationStats()
+            iteration.num_generation_tokens = 5000 + 100 * engine
+            prompt = 20000 + 100 * engine
+            if hasattr(stats, "PromptTokenStats"):  # 0.33: prompt tokens by source
+                iteration.prompt_token_stats.total = prompt
+                iteration.prompt_token_stats.computed = prompt
+            else:
+                iteration.num_prompt_tokens = prompt
+            logger.record(scheduler, iteration, engine_idx=engine)
+    if multiproc:
+        collector = multiprocess.MultiProcessCollector(None)
+        registry = CollectorRegistry()  # files are read in directory order: sort for a steady page
+        registry.register(Sorted(collector))
+    else:
+        registry = prometheus_client.REGISTRY
+    return _steady(generate_latest(registry).decode())
+
+
+class Sorted:
+    """A collector's families in name order, each family's samples in order."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def collect(self) -> Any:
+        for family in sorted(self.inner.collect(), key=lambda f: f.name):
+            family.samples.sort(key=lambda s: (s.name, sorted(s.labels.items())))
+            yield family
+
+
+def _accepted(rng: random.Random, length: int, spoilt: bool) -> int:
+    """Tokens accepted of one draft: position 0 passes with ACCEPT, each later one with
+    DEPTH * ACCEPT given the ones before (a rate of ACCEPT * (DEPTH*ACCEPT)**i at position i,
+    draftshape's curve); a spoilt draft fails at 0."""
+    if spoilt:
+        return 0
+    n = 0
+    while n < length and rng.random() < (ACCEPT if n == 0 else DEPTH * ACCEPT):
+        n += 1
+    return n
+
+
+def _steady(text: str) -> str:
+    """Committed pages must not change on every run: process figures and creation times vary."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(("process_", "python_gc_")) and not line.startswith("# "):
+            name, _, _ = line.rpartition(" ")
+            line = f"{name} 0.0"
+        elif 'pid="' in line:  # the multiprocess registry labels some gauges with the writer's pid
+            line = re.sub(r'pid="\d+"', 'pid="1"', line)
+        elif "_created{" in line and not line.startswith("# "):
+            name, _, _ = line.rpartition(" ")
+            line = f"{name} 1.7643456e+09"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
+    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "vllm")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vllm-pages")
+    one = ("ROOT", "VERSION", "PAGE")
+    parser.add_argument("--one", nargs=3, metavar=one, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        sys.stdout.write(make_page(Path(args.one[0]), args.one[1], args.one[2]))
+        return 0
+    made = {}
+    for version in args.versions:
+        root = fetch(version, args.cache)
+        (args.out / version).mkdir(parents=True, exist_ok=True)
+        for page in PAGES:
+            text = subprocess.run(
+                [sys.executable, __file__, "--one", str(root), version, page],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            (args.out / version / f"{page}.prom").write_text(text)
+            made[f"{version}/{page}"] = len(text.splitlines())
+    print(json.dumps(made, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -56,12 +56,15 @@ def start_daemon(tmp_path: Path, make_config: Any, control_dir: Path) -> Iterato
         voice_names: list[str],
         env: dict[str, str] | None = None,
         ready: bool = True,
-        **sections: dict[str, Any],
+        **sections: Any,
     ) -> DaemonProcess:
-        merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in FAST.items()}
+        merged: dict[str, Any] = {k: dict(v) for k, v in FAST.items()}
         merged["control"] = {"socket": str(control_dir / "control.sock"), "group": ""}
         for key, values in sections.items():
-            merged.setdefault(key, {}).update(values)
+            if isinstance(values, dict):
+                merged.setdefault(key, {}).update(values)
+            else:  # an array of tables, e.g. [[notify]]
+                merged[key] = values
         config = make_config(llm_names, port, voice_names, **merged)
         daemon = DaemonProcess(config, tmp_path / f"daemon-{len(started)}.log", env)
         started.append(daemon)

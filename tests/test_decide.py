@@ -135,9 +135,37 @@ def test_our_own_stop_and_start_are_not_events_to_act_on() -> None:
     assert mind.pending is None and intents == [do.EventsSeen(T + 5)]
 
 
-def test_a_die_that_is_up_again_is_left_alone() -> None:
-    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)
-    assert mind.pending is None and "died_but_up_again" in events(said)
+def test_a_die_an_operator_started_again_is_left_alone() -> None:
+    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)  # RestartCount 0
+    assert mind.pending is None and "died_but_started_by_hand" in events(said)
+
+
+def test_a_die_dockers_restart_policy_started_again_is_a_crash() -> None:
+    seen = die(T, up_again=True)
+    assert seen.now is not None
+    restarted = replace(seen, now=replace(seen.now, restart_policy="always", restart_count=1))
+    mind, said = decide.on_event(Mind(), restarted, CFG)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    assert "died_and_restarted_by_docker" in events(said)
+
+
+def test_fighting_restart_policies_are_taken_over_or_said_once_under_leave() -> None:
+    fights = ContainerState("vllm", "id", "running", T0, None, 0, False, "unless-stopped")
+    seen = Observation(T, fights, "", Memory(100.0, 121.0), states=(fights,))
+    _, intents = decide.on_look(Mind(), seen, CFG)
+    assert [i for i in intents if isinstance(i, do.TakeOverPolicy)] == [do.TakeOverPolicy(fights)]
+
+    # not started yet, so none is active: still taken before it can crash
+    never_ran = replace(fights, status="created", started_at=None)
+    idle = Observation(T, None, "no LLM candidate is running", seen.memory, states=(never_ran,))
+    assert do.TakeOverPolicy(never_ran) in decide.on_look(Mind(), idle, CFG)[1]
+
+    leave = cfg(llm={"restart_policy": "leave"})
+    mind, intents = decide.on_look(Mind(), seen, leave)
+    assert not any(isinstance(i, do.TakeOverPolicy) for i in intents)
+    assert "restart_policy_left_at_risk" in events(intents)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 5), leave)
+    assert "restart_policy_left_at_risk" not in events(intents)  # once, not every tick
 
 
 def test_memory_floor_pause_voice_pauses_then_resumes() -> None:

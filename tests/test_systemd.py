@@ -208,7 +208,8 @@ def box(docker_client: docker.DockerClient, image: str, wheels: Path) -> Iterato
             "python3 -m venv /opt/sparkwarden && /opt/sparkwarden/bin/pip install -q "
             "--no-index --find-links /wheels sparkwarden"
         )
-        llm, port = stage.llm("llm")
+        # Docker's restart policy, as compose files give it: the daemon takes it over
+        llm, port = stage.llm("llm", restart_policy={"Name": "unless-stopped"})
         stt = stage.voice("stt")
         wait_healthy(port)
         config = {
@@ -228,11 +229,17 @@ def box(docker_client: docker.DockerClient, image: str, wheels: Path) -> Iterato
             "docker": {"timeout": "5s", "retry_for": "5s"},
         }
         box.put("/etc/sparkwarden/sparkwarden.toml", tomli_w.dumps(config), 0o600)
-        box.llm, box.stt = llm, stt  # type: ignore[attr-defined]
+        box.llm, box.stt, box.stage = llm, stt, stage  # type: ignore[attr-defined]
         yield box
     finally:
         container.remove(force=True)
         stage.cleanup()
+
+
+def policy(box: Box) -> str:
+    """The LLM container's Docker restart policy, as the host's engine has it."""
+    attrs = box.stage.attrs(box.llm)  # type: ignore[attr-defined]
+    return str(attrs["HostConfig"]["RestartPolicy"]["Name"] or "no")
 
 
 def test_install_service_starts_it_only_after_ready(box: Box) -> None:
@@ -246,6 +253,7 @@ def test_install_service_starts_it_only_after_ready(box: Box) -> None:
     assert box.show("Type") == "notify"
     assert time.monotonic() - began < 60
     assert box.ok("getent group sparkwarden").startswith("sparkwarden:")
+    assert policy(box) == "no"  # taken over before READY=1
     unit = box.ok("cat /etc/systemd/system/sparkwarden.service")
     assert f"ExecStart={BIN} --config /etc/sparkwarden/sparkwarden.toml run" in unit
     code, out = box.sh("systemd-analyze verify /etc/systemd/system/sparkwarden.service")
@@ -303,5 +311,7 @@ def test_systemctl_stop_ends_it_cleanly_and_uninstall_removes_it(box: Box) -> No
     assert '"event": "stopped"' in box.ok("journalctl -u sparkwarden -o cat")
     out = box.ok(f"{BIN} uninstall-service")
     assert "kept /etc/sparkwarden" in out
+    assert f"restoring {box.llm}'s restart policy 'unless-stopped'" in out  # type: ignore[attr-defined]
+    assert policy(box) == "unless-stopped"
     assert box.sh("test -e /etc/systemd/system/sparkwarden.service")[0] == 1
     assert box.sh("test -e /etc/sparkwarden/sparkwarden.toml")[0] == 0

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 from sparkwarden import intents as do
-from sparkwarden import logs, sequence
+from sparkwarden import logs, restart_policy, sequence
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState
 from sparkwarden.errors import LockBusy, SparkwardenError
 from sparkwarden.facts import Kept
 from sparkwarden.handlers import ManualCall
@@ -72,6 +74,9 @@ class Hands:
                     self._quiet_voice_for_memory()
                 case do.ResumeVoiceAfterMemory():
                     self._resume_voice_after_memory()
+                case do.TakeOverPolicy(container):
+                    self._take_over_policy(container)
+                    wrote = True
                 case do.Restart(reason, why):
                     ended = self.sequence(reason, why)
                 case do.TakeCanary():
@@ -151,6 +156,28 @@ class Hands:
                     log.warning("voice_paused_for_memory", container=name)
             except SparkwardenError as exc:
                 log.error("voice_pause_failed", container=name, error=str(exc))
+
+    def _take_over_policy(self, state: ContainerState) -> None:
+        """Docker's restart policy to ``no``: the original recorded first (``uninstall-service``
+        gives it back), and withdrawn if Docker refuses, so the record says what was changed."""
+        before = self.kept.policies_taken()
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.kept.put_policies_taken(restart_policy.remember(before, state, at))
+        was = str(restart_policy.Policy.of(state))
+        try:
+            self.parts.docker.set_restart_policy(state.name, restart_policy.NO.docker())
+        except SparkwardenError as exc:
+            self.kept.put_policies_taken(before)
+            log.error("restart_policy_take_over_failed", container=state.name, error=str(exc))
+            return
+        log.warning("restart_policy_taken_over", container=state.name, was=was, now="no")
+        self.webhooks.emit(
+            "policy_taken_over",
+            state.name,
+            f"{state.name} had Docker restart policy {was!r}, which restarts a crashed engine "
+            "into ghost memory: set to 'no' (uninstall-service restores it)",
+            was=was,
+        )
 
     def _resume_voice_after_memory(self) -> None:
         for name in self.kept.memory_paused():

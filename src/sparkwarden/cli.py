@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "install-service":
                 return install.install(args.root, start=not args.no_start)
-            return install.uninstall(args.root, purge=args.purge)
+            return install.uninstall(args.root, purge=args.purge, config_path=args.config)
         except SparkwardenError as exc:
             return _refuse(exc, EXIT_FAILED)
     try:

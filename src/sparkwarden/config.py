@@ -97,6 +97,7 @@ class LlmConfig(_Section):
     poll_interval: PositiveDuration = 1.0
     api_key_file: Path | None = None
     model: str | None = None
+    restart_policy: Literal["take-over", "leave"] = "take-over"
 
     @field_validator("containers")
     @classmethod

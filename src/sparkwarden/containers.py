@@ -26,6 +26,11 @@ class ContainerState:
     finished_at: datetime | None
     exit_code: int
     oom_killed: bool
+    #: Docker's restart policy ("no", "always", "unless-stopped", "on-failure") and its retries.
+    restart_policy: str = "no"
+    restart_retries: int = 0
+    #: Restarts by that policy since the last start through the API (which sets it to 0).
+    restart_count: int = 0
 
     @property
     def up(self) -> bool:
@@ -34,6 +39,7 @@ class ContainerState:
     @classmethod
     def from_inspect(cls, attrs: dict[str, Any]) -> ContainerState:
         state = attrs.get("State", {})
+        policy = attrs.get("HostConfig", {}).get("RestartPolicy") or {}
         return cls(
             name=str(attrs.get("Name", "")).lstrip("/"),
             id=str(attrs.get("Id", "")),
@@ -42,6 +48,9 @@ class ContainerState:
             finished_at=parse_docker_time(state.get("FinishedAt")),
             exit_code=int(state.get("ExitCode") or 0),
             oom_killed=bool(state.get("OOMKilled")),
+            restart_policy=str(policy.get("Name") or "no"),
+            restart_retries=int(policy.get("MaximumRetryCount") or 0),
+            restart_count=int(attrs.get("RestartCount") or 0),
         )
 
     def uptime_s(self, now: datetime) -> float | None:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from apscheduler.triggers.base import BaseTrigger
 
-from sparkwarden import acceptance, canary, triggers
+from sparkwarden import acceptance, canary, restart_policy, triggers
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState
 from sparkwarden.facts import GaveUp, RebootRequired
@@ -36,6 +36,7 @@ from sparkwarden.intents import (
     RunEnded,
     Say,
     TakeCanary,
+    TakeOverPolicy,
 )
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.schedule import missed_run_due, next_fire
@@ -69,6 +70,7 @@ class Mind:
     gateway: triggers.GatewayWatch = field(default_factory=triggers.GatewayWatch)
     last_run_end: float = 0.0  # Docker events before this were our own stop and start
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
+    left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
 
 
 Decision = tuple[Mind, list[Intent]]
@@ -88,7 +90,8 @@ def want(mind: Mind, reason: Reason, why: str, t: float) -> Decision:
 
 
 def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
-    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash."""
+    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash, also when Docker's
+    restart policy has started the container again (:func:`triggers.judge_die`)."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
     if event.t <= mind.last_run_end:
@@ -125,25 +128,31 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
             *intents,
             Say("error", "inspect_failed", {"container": event.name, "error": seen.error}),
         ]
-    if seen.now.up:  # a restart policy or an operator brought it back already
-        said = {"container": event.name, "status": seen.now.status}
-        return mind, [*intents, Say("warning", "died_but_up_again", said)]
+    now = seen.now
+    if triggers.judge_die(watch, event.t, cfg.llm.stop_timeout + 15, now) == "operator-started":
+        said = {"container": event.name, "status": now.status}
+        return mind, [*intents, Say("warning", "died_but_started_by_hand", said)]
+    if now.up:  # Docker's restart policy: the engine it started is in the ghost memory
+        said = {"container": event.name, "status": now.status, "restarts": now.restart_count}
+        intents.append(Say("warning", "died_and_restarted_by_docker", said))
     mind, more = want(mind, "crash", f"{event.name} died with exit code {event.exit_code}", event.t)
     return mind, intents + more
 
 
 def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
-    """What Docker and the host said: the memory floor and uptime. The loop acts on this before
-    it reads the engine, so a floor pauses voice without waiting on slow HTTP reads."""
+    """What Docker and the host said: restart policies, the memory floor and uptime. The loop acts
+    on this before it reads the engine, so a floor pauses voice without waiting on slow HTTP
+    reads."""
     t = seen.t
-    intents: list[Intent] = []
+    mind, intents = on_policies(mind, seen, cfg)
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
     mind = replace(mind, memory=memory)
     if alert == "alert":
-        mind, intents = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+        mind, more = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+        intents += more
     elif alert == "recovered":
         available = round(seen.memory.available_gib, 1)
-        intents = [
+        intents += [
             Say("info", "memory_recovered", {"available_gib": available}),
             ResumeVoiceAfterMemory(),
         ]
@@ -191,6 +200,22 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
                 Notify("gateway_failed", "gateway", f"{cfg.gateway.url}: {why}"),
             ]
     return mind, intents
+
+
+def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+    """Take a Docker restart policy that fights ours (``take-over``), or say, whenever the set
+    changes, which ones ``leave`` keeps."""
+    mode = cfg.llm.restart_policy
+    if not seen.states:
+        return mind, []  # the candidates could not be read: nothing new to say
+    intents: list[Intent] = [
+        TakeOverPolicy(s) for s in restart_policy.to_take_over(seen.states, mode)
+    ]
+    left = tuple(s.name for s in seen.states if mode == "leave" and restart_policy.fights(s))
+    if left and left != mind.left_at_risk:
+        policies = {s.name: s.restart_policy for s in seen.states if s.name in left}
+        intents.append(Say("warning", "restart_policy_left_at_risk", {"containers": policies}))
+    return replace(mind, left_at_risk=left), intents
 
 
 def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decision:

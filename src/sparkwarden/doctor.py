@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from sparkwarden import vllmflags
 from sparkwarden.config import Config
+from sparkwarden.restart_policy import FIGHTING
 
 Severity = Literal["error", "warning", "info"]
 ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -22,7 +23,6 @@ DRAFTERS = ("dflash", "mtp", "eagle", "eagle3", "medusa", "ngram", "deepseek_mtp
 RISKY_SEQS = 8
 #: After ``--shutdown-timeout``, vLLM still tears its engine down (it kills it after ~5 s).
 SHUTDOWN_MARGIN = 30.0
-FIGHTING_POLICIES = ("always", "unless-stopped", "on-failure")
 AUTOHEAL_LABELS = ("autoheal", "autoheal.stop.timeout", "com.centurylinklabs.watchtower.enable")
 
 
@@ -144,7 +144,7 @@ def check_llm(
             f"lower --max-num-seqs (e.g. {RISKY_SEQS}) or leave room for seqs x drafter scratch",
         )
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
-    if policy in FIGHTING_POLICIES:
+    if policy in FIGHTING:
         add(
             "warning",
             "restart-policy",

@@ -1,8 +1,9 @@
 """The daemon's durable facts in the journal's key-value table, with typed accessors.
 
 The one place that names the keys: a hold, a "gave up", the last budget reset, the voice the
-memory floor paused, the last Docker event seen. Each survives a restart of sparkwarden, and each
-may be changed by an operator with no daemon running (``hold``, ``release``, ``reset``).
+memory floor paused, the last Docker event seen, the restart policies taken over from Docker.
+Each survives a restart of sparkwarden, and each may be changed by an operator with no daemon
+running (``hold``, ``release``, ``reset``, ``uninstall-service``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Key(StrEnum):
     EVENTS_SEEN = "events_seen_until"
     REBOOT_REQUIRED = "reboot_required"
     MEMORY_TREND_FROM = "memory_trend_from"
+    POLICIES_TAKEN = "restart_policies_taken"
 
 
 @dataclass(frozen=True)
@@ -142,3 +144,13 @@ class Kept:
 
     def see_events(self, until: float) -> None:
         self.journal.put(Key.EVENTS_SEEN, until)
+
+    def policies_taken(self) -> dict[str, Any]:
+        """Docker restart policies the daemon set to ``no``: container to its original."""
+        return dict(self.journal.get(Key.POLICIES_TAKEN) or {})
+
+    def put_policies_taken(self, taken: dict[str, Any]) -> None:
+        if taken:
+            self.journal.put(Key.POLICIES_TAKEN, taken)
+        else:
+            self.journal.delete(Key.POLICIES_TAKEN)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sparkwarden.containers import ContainerState
 from sparkwarden.facts import GaveUp, RebootRequired
 from sparkwarden.notices import Notice
 from sparkwarden.sequence import Outcome
@@ -85,6 +86,13 @@ class TakeCanary:
 
 
 @dataclass(frozen=True)
+class TakeOverPolicy:
+    """Set the container's Docker restart policy to ``no``, its original recorded first."""
+
+    container: ContainerState
+
+
+@dataclass(frozen=True)
 class EventsSeen:
     """Docker events up to ``until`` were handled: a new daemon replays from there."""
 
@@ -103,6 +111,7 @@ Intent = (
     | ResumeVoiceAfterMemory
     | EventsSeen
     | TakeCanary
+    | TakeOverPolicy
 )
 
 

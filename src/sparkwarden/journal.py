@@ -111,6 +111,10 @@ class RunRecord:
         }
 
 
+#: The journal's file in ``state.dir``.
+JOURNAL_FILE = "journal.sqlite3"
+
+
 class Journal:
     def __init__(self, state_dir: Path, clock: Callable[[], float] = time.time) -> None:
         try:
@@ -119,7 +123,7 @@ class Journal:
                 state_dir.chmod(0o750)  # the journal names containers and errors: not for all
         except PermissionError:
             raise SparkwardenError(f"cannot create the state dir {state_dir}") from None
-        self.path = state_dir / "journal.sqlite3"
+        self.path = state_dir / JOURNAL_FILE
         self._clock = clock
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)

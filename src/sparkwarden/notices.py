@@ -11,6 +11,7 @@ Notice = Literal[
     "memory_floor",
     "drafting_suspect",
     "reboot_required",
+    "policy_taken_over",
     "gateway_failed",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
@@ -21,5 +22,6 @@ TITLES: Final[dict[Notice, str]] = {
     "memory_floor": "sparkwarden: memory below the floor",
     "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
     "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
+    "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
 }

@@ -8,7 +8,8 @@ the chat canary are next due) and the last of each reading, for the status snaps
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
@@ -54,6 +55,7 @@ class Observation:
     memory: Memory
     scrape: Scrape | None = None
     check: HealthCheck | None = None
+    states: tuple[ContainerState, ...] = ()  # every LLM candidate, also when none is active
 
     @property
     def running(self) -> bool:
@@ -85,6 +87,7 @@ class Recorded:
     reboot_required: RebootRequired | None = None
     #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
     after_drops: tuple[float, ...] = ()
+    policies_taken: dict[str, Any] = field(default_factory=dict)
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -101,6 +104,7 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         read_at=t,
         reboot_required=kept.reboot_required(),
         after_drops=tuple(kept.memory_after_drops()),
+        policies_taken=kept.policies_taken(),
     )
 
 
@@ -117,13 +121,13 @@ class Observer:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
-        active, error = None, ""
+        active, error, states = None, "", list[ContainerState]()
         try:
             states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
             active = choose_active(states, last_container)
         except SparkwardenError as exc:
             error = str(exc)
-        return Observation(t, active, error, self.parts.host.memory())
+        return Observation(t, active, error, self.parts.host.memory(), states=tuple(states))
 
     def engine(
         self,
@@ -200,7 +204,7 @@ class Observer:
         return vllm.drafting_canary(model, cfg.acceptance, timeout, t)
 
     def event(self, event: ContainerEvent) -> EventSeen:
-        """After a ``die``, whether the container is up again (a restart policy, an operator)."""
+        """After a ``die``, the container now: up again or not, and by whose start."""
         if event.action != "die":
             return EventSeen(event)
         try:

@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
-from sparkwarden import canary, logs, triggers
+from sparkwarden import canary, logs, restart_policy, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
 from sparkwarden.decide import Mind, budget
 from sparkwarden.observe import Observation, Observer, Recorded
+from sparkwarden.restart_policy import PolicyView
 
 log = logs.get("sparkwarden.daemon")
 
@@ -98,6 +99,7 @@ class Snapshot:
     memory: MemoryView
     acceptance: AcceptanceView
     metrics: str
+    restart_policy: PolicyView
     next_restart: NextRestart | None
     budget: BudgetView
     hold: dict[str, str] | None
@@ -214,6 +216,9 @@ def build(
             canary=canary.snapshot(mind.canary, t, cfg.acceptance),
         ),
         metrics=observer.last_scrape.note,
+        restart_policy=restart_policy.report(
+            cfg.llm.restart_policy, seen.states if seen else (), facts.policies_taken
+        ),
         next_restart=next_restart(mind, seen, now, cfg),
         budget=BudgetView(used=spent.used, limit=spent.limit, why=spent.why),
         hold=hold.to_json() if hold else None,

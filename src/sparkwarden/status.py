@@ -123,6 +123,7 @@ def format_text(s: dict[str, Any]) -> str:
     )
     if llm.get("note"):
         lines.append(f"             {llm['note']}"[:79])
+    lines.extend(_policy_lines(s.get("restart_policy") or {}))
     lines.append(f"health:      {llm.get('health') or '-'}"[:79])
     if llm.get("last_probe"):
         lines.append(f"last probe:  {llm['last_probe']}"[:79])
@@ -178,6 +179,20 @@ def format_text(s: dict[str, Any]) -> str:
         for row in _wrap(steps, 66):
             lines.append(f"             {row}")
     return "\n".join(lines)
+
+
+def _policy_lines(policy: dict[str, Any]) -> list[str]:
+    """Docker's restart policy: what sparkwarden took over, and, always, what is left at risk."""
+    lines = [
+        f"policy:      {name}: Docker's {was!r} taken over, now 'no'"[:79]
+        for name, was in (policy.get("taken") or {}).items()
+        if name not in (policy.get("at_risk") or {})
+    ]
+    for name, now in (policy.get("at_risk") or {}).items():
+        why = "llm.restart_policy = leave" if policy.get("mode") == "leave" else "see the log"
+        lines.append(f"RISK:        {name}: Docker restart policy {now!r}"[:79])
+        lines.append(f"             restarts a crash into ghost memory ({why})")
+    return lines
 
 
 def _wrap(items: list[str], width: int) -> list[str]:

@@ -11,8 +11,8 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
   counters (``_total`` + ``_created``), request gauges, ``prompt_tokens`` and ``generation_tokens``.
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
-chat), crash after N seconds, acceptance decay, stalled engine (chats hang), stuck request gauge
-(chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
+chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine (chats
+hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
 
 Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
 requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 LABELS = 'engine="0",model_name="{model}"'
 
@@ -586,6 +587,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--crash-after", type=float, default=None, help="exit 1 this long after the process starts"
     )
+    p.add_argument(
+        "--crash-once",
+        action="store_true",
+        help="--crash-after only on the container's first start (a mark in its own /tmp)",
+    )
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--stop-delay", type=float, default=0.0, help="teardown time after SIGTERM")
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
@@ -667,11 +673,13 @@ def main(argv: list[str]) -> None:
         print("voice stand-in ready", flush=True)
         while True:
             time.sleep(3600)
-    if args.crash_after is not None:
+    crashed_before = Path("/tmp/standin-crashed")  # the container's own layer: kept across starts
+    if args.crash_after is not None and not (args.crash_once and crashed_before.exists()):
 
         def crash() -> None:
             time.sleep(args.crash_after)
             print("EngineCore died", flush=True)
+            crashed_before.touch()
             os._exit(1)
 
         threading.Thread(target=crash, daemon=True).start()

@@ -13,9 +13,15 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from sparkwarden.errors import SparkwardenError
-from sparkwarden.locate import DEFAULT_PATH
+from sparkwarden import restart_policy
+from sparkwarden.adapters.docker_engine import DockerEngine
+from sparkwarden.containers import ContainerState
+from sparkwarden.errors import ConfigError, NoSuchContainer, SparkwardenError
+from sparkwarden.facts import Kept
+from sparkwarden.journal import JOURNAL_FILE, Journal
+from sparkwarden.locate import DEFAULT_PATH, places, resolve_path
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
@@ -119,8 +125,48 @@ def install(root: Path | None, start: bool) -> int:
     return 0
 
 
-def uninstall(root: Path | None, purge: bool) -> int:
-    """Stop, disable and remove the unit; config and state stay unless ``purge``."""
+def restore_restart_policies(config_path: str | Path | None) -> None:
+    """Give Docker back the restart policies the daemon took over, as the journal recorded them.
+
+    Run once the daemon is stopped (it would take them again). A container removed since, or
+    whose policy an operator changed since, is left as it is.
+    """
+    if not resolve_path(config_path).exists():
+        return  # never configured: no daemon took anything
+    try:  # only state.dir: a config that no longer validates must not keep the policies away
+        state_dir = places(config_path).state_dir
+    except ConfigError as exc:
+        _say(f"cannot read the config ({exc}): restart policies, if any were taken, stay 'no'")
+        return
+    if not (state_dir / JOURNAL_FILE).exists():
+        return
+    journal = Journal(state_dir)
+    kept = Kept(journal)
+    try:
+        taken: dict[str, Any] = kept.policies_taken()
+        if not taken:
+            return
+        docker = DockerEngine()
+        states: dict[str, ContainerState | None] = {}
+        for name in taken:
+            try:
+                states[name] = docker.inspect(name)
+            except NoSuchContainer:
+                states[name] = None
+        for name, policy, note in restart_policy.to_restore(taken, states):
+            _say(note)
+            if policy is not None:
+                docker.set_restart_policy(name, policy.docker())
+            taken = {k: v for k, v in taken.items() if k != name}
+            kept.put_policies_taken(taken)  # what is done is not done twice
+        docker.close()
+    finally:
+        journal.close()
+
+
+def uninstall(root: Path | None, purge: bool, config_path: str | Path | None = None) -> int:
+    """Stop, disable and remove the unit, give back Docker's restart policies; config and state
+    stay unless ``purge``."""
     live = root is None
     if live and os.geteuid() != 0:
         raise SparkwardenError("uninstall-service must run as root")
@@ -133,6 +179,7 @@ def uninstall(root: Path | None, purge: bool) -> int:
         unit.unlink()
     if live:
         _run("systemctl", "daemon-reload")
+    restore_restart_policies(config_path)
     leftovers = [base / DEFAULT_PATH.parent.relative_to("/"), base / "var/lib/sparkwarden"]
     if purge:
         for path in leftovers:

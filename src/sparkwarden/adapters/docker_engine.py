@@ -77,6 +77,13 @@ class DockerEngine:
         """``docker stop`` with SIGTERM, then SIGKILL after ``timeout`` seconds."""
         self._call(f"stop {name}", lambda: self._container(name).stop(timeout=int(timeout)))
 
+    def set_restart_policy(self, name: str, policy: dict[str, Any]) -> None:
+        """``docker update --restart``: ``policy`` is Docker's ``RestartPolicy`` object."""
+        self._call(
+            f"update {name} --restart={policy['Name']}",
+            lambda: self._container(name).update(restart_policy=policy),
+        )
+
     def start(self, name: str) -> None:
         self._call(f"start {name}", lambda: self._container(name).start())
 

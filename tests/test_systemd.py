@@ -273,7 +273,7 @@ def test_status_text_reaches_systemd_and_status_answers(box: Box) -> None:
 def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box) -> None:
     box.ok("useradd -M -G sparkwarden alice && useradd -M bob")
     out = box.ok(f"{BIN} restart", user="alice")
-    assert "by the daemon" in out and "[8/8] resume_voice" in out and "ok:" in out
+    assert "by the daemon" in out and "[9/9] resume_voice" in out and "ok:" in out
     runs = box.ok(f"{BIN} history --json")
     assert '"reason": "manual"' in runs and '"result": "ok"' in runs
 

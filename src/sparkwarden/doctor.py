@@ -59,6 +59,17 @@ def host_path(attrs: dict[str, Any], path: str) -> str | None:
     return best[1] if best else None
 
 
+def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` (0.33+): how long it lets running requests finish after
+    SIGTERM (0, its default, aborts them). None when not given, or given as no number."""
+    if "shutdown-timeout" not in flags:
+        return None
+    try:
+        return vllmflags.shutdown_timeout(flags)
+    except ValueError:
+        return None
+
+
 def check_llm(
     name: str,
     attrs: dict[str, Any],

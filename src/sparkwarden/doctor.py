@@ -215,13 +215,14 @@ def _shutdown(
     )
     found = []
     if stop_timeout is not None and stop_timeout < need:
-        found.append(
+        found.append(  # the sequence stops with the longer timeout itself: only said
             Finding(
-                "error",
+                "info",
                 name,
                 "shutdown-timeout",
-                f"sparkwarden's llm.stop_timeout {stop_timeout:g}s {why}",
-                f'set llm.stop_timeout to "{need:g}s" or more',
+                f"sparkwarden's llm.stop_timeout {stop_timeout:g}s {why}; its stop_llm waits "
+                f"{need:g}s instead",
+                f'set llm.stop_timeout to "{need:g}s" or more to say so in the config',
             )
         )
     container = container_stop if container_stop is not None else 10.0

@@ -28,6 +28,7 @@ ALL = (
     "crash_detection",
     "restart_overhead",
     "idle_footprint",
+    "gateway",
 )
 
 

@@ -127,6 +127,34 @@ def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
         assert set(values) <= set(shipped[section]), f"[{section}] misses keys"
     for optional in ("api_key_file", "model", "timezone", "url_file", "events", "min_interval"):
         assert f"# {optional} = " in text
+    assert "# [gateway]" in text  # optional, shown commented with every key of its schema
+    for key in cfg.GatewayConfig.model_fields:
+        assert f"# {key} = " in text.split("# [gateway]", 1)[1], key
+
+
+def test_gateway_is_optional_checked_and_its_key_read_when_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm = {"containers": ["a"], "base_url": "http://127.0.0.1:8000"}
+    assert cfg.parse({"llm": llm}).gateway is None
+    gateway = cfg.parse(
+        {"llm": llm, "gateway": {"url": "http://127.0.0.1:4000/v1/", "model": "qwen"}}
+    ).gateway
+    assert gateway is not None and gateway.url == "http://127.0.0.1:4000"  # requests add /v1
+    assert gateway.timeout == 120.0 and gateway.watch is False
+    monkeypatch.setenv("SPARKWARDEN_GATEWAY_API_KEY", "sk-env")
+    assert gateway.api_key() == "sk-env"
+    with pytest.raises(ConfigError) as bad:
+        cfg.parse(
+            {
+                "llm": llm,
+                "gateway": {"url": "litellm:4000", "api_key_file": str(tmp_path / "none")},
+            }
+        )
+    message = str(bad.value)
+    assert "gateway.url: 'litellm:4000' is not an http:// or https:// URL" in message
+    assert "gateway.model: required key is missing" in message
+    assert "gateway.api_key_file:" in message and "not readable" in message
 
 
 def _secret_file(tmp_path: Path, mode: int, uid: int = 0) -> Path:

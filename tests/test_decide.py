@@ -12,12 +12,13 @@ from sparkwarden import decide, report, triggers
 from sparkwarden import intents as do
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
+from sparkwarden.adapters.vllm import ChatOutcome, Health
 from sparkwarden.config import Config, parse
 from sparkwarden.containers import ContainerState
 from sparkwarden.decide import Mind, Pending
 from sparkwarden.facts import GaveUp, Hold
 from sparkwarden.metrics import EngineMetrics
-from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
+from sparkwarden.observe import EventSeen, HealthCheck, Observation, Recorded, Scrape
 from sparkwarden.sequence import Outcome
 from sparkwarden.triggers import PastRun, Reason
 
@@ -390,6 +391,39 @@ def test_an_operators_good_run_clears_gave_up_a_crash_run_says_recovered() -> No
     _, intents = decide.after_run(Mind(), ended("crash", ok=True), stopping=False)
     assert not any(isinstance(i, do.ClearGaveUp) for i in intents)
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["crash_recovered"]
+
+
+def test_a_run_failing_only_at_the_gateway_notifies_it_and_is_not_retried() -> None:
+    error = (
+        "the gateway http://127.0.0.1:4000 did not answer ..., though the engine itself answered"
+    )
+    outcome = Outcome(7, False, "vllm", error, failed_step="gateway_probe")
+    mind, intents = decide.after_run(
+        Mind(), do.RunEnded("crash", "crash wanted", outcome, T), stopping=False
+    )
+    assert mind.pending is None  # a new engine would not fix a gateway
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gateway_failed"]
+    assert mind.gateway.ok is False and mind.gateway.failing_since == T
+
+
+def test_a_watched_gateway_failing_while_the_engine_answers_is_told_never_restarted() -> None:
+    watched = cfg(gateway={"url": "http://127.0.0.1:4000/v1", "model": "qwen", "watch": True})
+    engine = ChatOutcome(True, "answered 'ready'")
+
+    def look(gateway: ChatOutcome, t: float) -> Observation:
+        check = HealthCheck(Health("up", "HTTP 200"), engine, IDLE.engine, gateway)
+        return Observation(t, up_since(3600), "", Memory(100.0, 121.0), None, check)
+
+    mind, intents = decide.on_engine(
+        Mind(), look(ChatOutcome(False, "HTTP 502: Bad Gateway"), T), watched
+    )
+    assert mind.pending is None and not restarts(intents)
+    assert events(intents) == ["gateway_failed"]
+    assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gateway_failed"]
+    mind, intents = decide.on_engine(mind, look(ChatOutcome(False, "HTTP 502"), T + 600), watched)
+    assert intents == [] and mind.gateway.failing_since == T  # told once per episode
+    mind, _ = decide.on_engine(mind, look(ChatOutcome(True, "answered 'ready'"), T + 1200), watched)
+    assert mind.gateway.ok is True
 
 
 def test_state_names_are_derived_in_order() -> None:

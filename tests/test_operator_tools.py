@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import tempfile
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkwarden.config import NotifyTarget
 from sparkwarden.notify import Event, Webhooks, payload
+from sparkwarden.sequence import STEPS
 from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.standin.stage import Stage, free_port, wait_healthy
@@ -273,7 +275,8 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     total = families["sparkwarden_memory_total_bytes"][0].value
     assert abs(total - status["memory"]["total_gib"] * 2**30) < 2**20
     steps = {s.labels["step"] for s in families["sparkwarden_last_run_step_seconds"]}
-    assert len(steps) == 8
+    assert steps == set(STEPS)
+    assert math.isnan(families["sparkwarden_gateway_up"][0].value)  # no [gateway] configured
     assert families["sparkwarden_gave_up"][0].value == 0.0
     assert families["sparkwarden_last_finished_run_ok"][0].value == 1.0  # the crash run's ok
     used = set(families)

@@ -64,7 +64,7 @@ def test_happy_path_same_container_voice_quiet_exactly_while_llm_is_down(
 
     assert result.returncode == 0, result.stdout + result.stderr
     for index, name in enumerate(STEPS, start=1):
-        assert f"[{index}/8] {name}" in result.stdout
+        assert f"[{index}/{len(STEPS)}] {name}" in result.stdout
     after = stage.attrs(llm)
     assert after["Id"] == before["Id"]
     assert after["State"]["StartedAt"] > before["State"]["StartedAt"]
@@ -85,7 +85,9 @@ def test_happy_path_same_container_voice_quiet_exactly_while_llm_is_down(
     (run,) = history(config)
     assert run["result"] == "ok" and run["reason"] == "manual" and run["container"] == llm
     assert [s["name"] for s in run["steps"]] == list(STEPS)
-    assert all(s["result"] == "ok" for s in run["steps"]), run["steps"]
+    results = {s["name"]: s["result"] for s in run["steps"]}
+    assert results.pop("gateway_probe") == "skipped"  # no [gateway] configured
+    assert set(results.values()) == {"ok"}, run["steps"]
     drop = run["steps"][3]["detail"]
     assert drop["available_after_gib"] >= drop["gate_gib"] == 1
     assert run["steps"][2]["detail"]["killed"] is False

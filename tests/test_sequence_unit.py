@@ -23,6 +23,8 @@ class FakeDocker:
     status: dict[str, str]
     calls: list[str] = field(default_factory=list)
     fail_on: str | None = None
+    flags: dict[str, list[str]] = field(default_factory=dict)
+    stop_timeouts: list[float] = field(default_factory=list)
 
     def inspect(self, name: str) -> ContainerState:
         return ContainerState(name, f"id-{name}", self.status[name], T0, None, 0, False)
@@ -39,7 +41,11 @@ class FakeDocker:
     def unpause(self, name: str) -> None:
         self._do("unpause", name, "running")
 
+    def attrs(self, name: str) -> dict[str, Any]:
+        return {"Config": {"Cmd": ["vllm", "serve", *self.flags.get(name, [])]}}
+
     def stop(self, name: str, timeout: float) -> None:
+        self.stop_timeouts.append(timeout)
         self._do("stop", name, "exited")
 
     def start(self, name: str) -> None:
@@ -69,8 +75,28 @@ class FakeVllm:
     def served_model(self, timeout: float = 30.0) -> str:
         return "qwen"
 
+    running: int = 0
+
     def chat(self, model: str, timeout: float) -> ChatOutcome:
         return ChatOutcome(True, "answered 'ready'", "ready")
+
+    def metrics(self, timeout: float = 10.0) -> str:
+        return f'vllm:num_requests_running{{engine="0"}} {self.running}\n'
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeGateway:
+    """Answers (or not) in the order given; the last answer repeats."""
+
+    answers: list[ChatOutcome]
+    calls: int = 0
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        self.calls += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
     def close(self) -> None:
         pass
@@ -87,13 +113,20 @@ class Clock:
         self.now += seconds
 
 
-def build(tmp_path: Path, docker: FakeDocker, host: FakeHost, **memory: Any) -> tuple[Any, Parts]:
+def build(
+    tmp_path: Path,
+    docker: FakeDocker,
+    host: FakeHost,
+    sections: dict[str, Any] | None = None,
+    **memory: Any,
+) -> tuple[Any, Parts]:
     config = parse(
         {
             "llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:1"},
             "voice": {"containers": ["stt"]},
             "memory": {"start_min_available_gib": 60, **memory},
             "state": {"dir": str(tmp_path)},
+            **(sections or {}),
         }
     )
     clock = Clock()
@@ -244,3 +277,80 @@ def test_a_repair_that_cannot_even_begin_its_run_still_resumes_voice(tmp_path: P
     with pytest.raises(SparkwardenError, match="the journal could not be written"):
         sequence.restart(config, "repair", parts, resume=sequence.Resume("llm", ["stt"]))
     assert docker.calls == ["unpause stt"]
+
+
+GATEWAY = {"gateway": {"url": "http://127.0.0.1:4000/v1", "model": "qwen", "timeout": "2m"}}
+REFUSED = ChatOutcome(False, "HTTP 429: No deployments available for selected model")
+
+
+def _step(parts: Parts, name: str) -> Any:
+    return next(s for s in parts.journal.runs(1)[0].steps if s.name == name)
+
+
+def test_a_gateway_that_lags_is_waited_for_and_its_lag_recorded(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([100.0]), GATEWAY)
+    parts.gateway = FakeGateway([REFUSED, REFUSED, ChatOutcome(True, "answered 'ready'", "ready")])  # type: ignore[assignment]
+    outcome = sequence.restart(config, "manual", parts)
+    assert outcome.ok and parts.gateway.calls == 3
+    step = _step(parts, "gateway_probe")
+    assert step.result == "ok" and step.detail["attempts"] == 3
+    assert step.detail["lag_s"] == 2.0  # two refusals, a 1 s poll after each
+    assert "lagged the engine by 2.0s" in step.detail["summary"]
+
+
+def test_a_dead_gateway_fails_the_run_naming_it_and_the_engine_stays_up(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([100.0]), GATEWAY)
+    parts.gateway = FakeGateway([REFUSED])  # type: ignore[assignment]
+    outcome = sequence.restart(config, "schedule", parts)
+    assert not outcome.ok and outcome.failed_step == "gateway_probe"
+    assert "the gateway http://127.0.0.1:4000 did not answer" in (outcome.error or "")
+    assert "the engine itself answered" in (outcome.error or "")
+    assert "No deployments available" in (outcome.error or "")
+    assert docker.status == {"llm": "running", "stt": "running"}  # voice resumed, LLM left up
+    assert 100 <= parts.gateway.calls <= 121  # retried for the 2 min it may lag
+
+
+def test_without_a_gateway_the_step_says_so(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([100.0]))
+    assert sequence.restart(config, "manual", parts).ok
+    step = _step(parts, "gateway_probe")
+    assert step.result == "skipped" and step.detail["summary"] == "no [gateway] configured"
+
+
+def test_a_failure_before_the_gateway_does_not_blame_it(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"}, fail_on="start llm")
+    config, parts = build(tmp_path, docker, FakeHost([100.0]), GATEWAY)
+    parts.gateway = FakeGateway([REFUSED])  # type: ignore[assignment]
+    outcome = sequence.restart(config, "manual", parts)
+    assert not outcome.ok and outcome.failed_step != "gateway_probe"
+    assert parts.gateway.calls == 0
+    assert _step(parts, "gateway_probe").result == "skipped"
+
+
+def test_running_requests_get_vllms_shutdown_timeout_before_sigkill(tmp_path: Path) -> None:
+    docker = FakeDocker(
+        {"llm": "running", "stt": "running"}, flags={"llm": ["--shutdown-timeout=200"]}
+    )
+    config, parts = build(tmp_path, docker, FakeHost([100.0]))
+    parts.vllm.running = 3  # type: ignore[attr-defined]
+    assert sequence.restart(config, "schedule", parts).ok
+    assert docker.stop_timeouts == [230.0]  # 200 s to finish them, then doctor's 30 s teardown
+    step = _step(parts, "stop_llm")
+    assert step.detail["running_at_stop"] == 3 and step.detail["shutdown_timeout"] == 200.0
+    assert "3 request(s) running, given up to 200s to finish" in step.detail["summary"]
+
+
+def test_running_requests_on_an_engine_without_shutdown_timeout_are_recorded_cut(
+    tmp_path: Path,
+) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([100.0]))
+    parts.vllm.running = 2  # type: ignore[attr-defined]
+    assert sequence.restart(config, "schedule", parts).ok
+    assert docker.stop_timeouts == [120.0]
+    step = _step(parts, "stop_llm")
+    assert step.detail["running_at_stop"] == 2 and step.detail["shutdown_timeout"] is None
+    assert "2 request(s) running and cut" in step.detail["summary"]

@@ -318,6 +318,22 @@ def test_runs_dated_in_the_future_count_but_set_no_backoff() -> None:
     assert not budget(future * 3, now, 0.0, cfg).allowed  # three of them spend the budget
 
 
+def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> None:
+    from sparkwarden.sequence import STEPS
+    from sparkwarden.triggers import GATEWAY_STEP, GatewayWatch, gateway_observe
+
+    assert GATEWAY_STEP in STEPS
+    bad = ChatOutcome(False, "HTTP 502: Bad Gateway")
+    state, why = gateway_observe(GatewayWatch(), bad, t=10.0)
+    assert why is not None and "the engine answers" in why and "502" in why
+    assert state.ok is False and state.failing_since == 10.0
+    state, why = gateway_observe(state, ChatOutcome(False, "HTTP 429: cooldown"), t=20.0)
+    assert why is None and state.failing_since == 10.0 and "429" in state.last
+    state, why = gateway_observe(state, ChatOutcome(True, "answered 'ready'"), t=30.0)
+    assert why is None and state.ok is True and state.failing_since is None
+    assert gateway_observe(state, bad, t=40.0)[1] is not None  # a new episode is told again
+
+
 TREND = MemoryConfig(trend_runs=3, trend_fall_gib=2.0)
 
 

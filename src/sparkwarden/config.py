@@ -109,20 +109,12 @@ class LlmConfig(_Section):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
-            raise ValueError(f"{url!r} is not an http:// or https:// URL")
-        return url.rstrip("/")
+    def _url(cls, url: str) -> str:
+        return _http_url(url)
 
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
-        if self.api_key_file is None:
-            key, source = os.environ.get(API_KEY_ENV, ""), API_KEY_ENV
-        else:
-            key, source = self.api_key_file.read_text(errors="replace"), str(self.api_key_file)
-        if problem := key_problem(key):
-            raise ConfigError(f"llm.api_key_file: {source}: {problem}")
-        return key.strip() or None
+        return _read_key(self.api_key_file, API_KEY_ENV, "llm.api_key_file")
 
 
 #: Where the key comes from when no ``api_key_file`` is set.
@@ -141,6 +133,57 @@ def key_problem(text: str) -> str | None:
     if not key.isprintable() or not key.isascii():
         return "the API key has characters a Bearer token cannot carry"
     return None
+
+
+def _http_url(url: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+def _readable(path: Path | None) -> Path | None:
+    """A key file that exists, can be read and holds one token (checked at load, not mid-run)."""
+    if path is not None and not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)!r} does not exist or is not readable")
+    if path is not None and (problem := key_problem(path.read_text(errors="replace"))):
+        raise ValueError(f"{str(path)!r}: {problem}")
+    return path
+
+
+def _read_key(path: Path | None, env: str, field: str) -> str | None:
+    if path is None:
+        key, source = os.environ.get(env, ""), env
+    else:
+        key, source = path.read_text(errors="replace"), str(path)
+    if problem := key_problem(key):
+        raise ConfigError(f"{field}: {source}: {problem}")
+    return key.strip() or None
+
+
+class GatewayConfig(_Section):
+    """The users' path (e.g. LiteLLM -> Nginx -> vLLM): proven after each run, and watched when
+    asked; a failing gateway is reported, never "fixed" by restarting the engine."""
+
+    url: str
+    model: str = Field(min_length=1)
+    api_key_file: Path | None = None
+    timeout: PositiveDuration = 120.0
+    watch: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _base(cls, url: str) -> str:
+        """The base URL users give their OpenAI client ends in ``/v1``; requests add it back."""
+        return _http_url(url).removesuffix("/v1")
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file(cls, path: Path | None) -> Path | None:
+        return _readable(path)
+
+    def api_key(self) -> str | None:
+        """The gateway's key (e.g. a LiteLLM virtual key), read when needed, never printed."""
+        return _read_key(self.api_key_file, "SPARKWARDEN_GATEWAY_API_KEY", "gateway.api_key_file")
 
 
 class VoiceConfig(_Section):
@@ -354,6 +397,7 @@ class Config(_Section):
     docker: DockerConfig = DockerConfig()
     notify: list[NotifyTarget] = []
     metrics: MetricsConfig = MetricsConfig()
+    gateway: GatewayConfig | None = None
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:

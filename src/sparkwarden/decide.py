@@ -67,6 +67,7 @@ class Mind:
     memory: triggers.MemoryState = field(default_factory=triggers.MemoryState)
     acc: acceptance.AcceptanceState = field(default_factory=acceptance.AcceptanceState)
     canary: canary.CanaryState = field(default_factory=canary.CanaryState)
+    gateway: triggers.GatewayWatch = field(default_factory=triggers.GatewayWatch)
     last_run_end: float = 0.0  # Docker events before this were our own stop and start
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
     left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
@@ -195,6 +196,14 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
         if why:
             mind, more = want(mind, "unhealthy", why, t)
             intents += more
+    if seen.check is not None and seen.check.gateway is not None and cfg.gateway is not None:
+        gateway, why = triggers.gateway_observe(mind.gateway, seen.check.gateway, t)
+        mind = replace(mind, gateway=gateway)
+        if why:  # reported, never a restart: a new engine would not fix a gateway
+            intents += [
+                Say("warning", "gateway_failed", {"url": cfg.gateway.url, "why": why}),
+                Notify("gateway_failed", "gateway", f"{cfg.gateway.url}: {why}"),
+            ]
     return mind, intents
 
 
@@ -457,17 +466,26 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
     if outcome.ok and reason not in AUTOMATIC:  # an operator's run clears it all
         intents.append(ClearGaveUp(ended.at))
     subject = outcome.container or "llm"
-    if not outcome.ok:
+    gateway_failed = outcome.failed_step == triggers.GATEWAY_STEP
+    if gateway_failed:
+        failing = triggers.GatewayWatch(False, f"FAILED {outcome.error}", ended.at)
+        mind = replace(mind, gateway=failing)
+        summary = f"run #{outcome.run_id} ({reason}): {outcome.error}"
+        intents.append(Notify("gateway_failed", "gateway", summary, {"run": outcome.run_id}))
+    elif not outcome.ok:
         summary = f"run #{outcome.run_id} ({reason}) failed: {outcome.error}"
         intents.append(
             Notify("run_failed", subject, summary, {"run": outcome.run_id, "reason": reason})
         )
-    elif reason == "crash":
-        summary = (
-            f"{ended.why}; run #{outcome.run_id} brought it back and it answered a chat request"
-        )
-        intents.append(Notify("crash_recovered", subject, summary, {"run": outcome.run_id}))
-    if not outcome.ok and (retry := automatic(reason)) and not stopping:
+    else:
+        mind = replace(mind, gateway=triggers.GatewayWatch(True, "ok (the run's gateway probe)"))
+        if reason == "crash":
+            summary = (
+                f"{ended.why}; run #{outcome.run_id} brought it back and it answered a chat request"
+            )
+            intents.append(Notify("crash_recovered", subject, summary, {"run": outcome.run_id}))
+    # Only the gateway failed: the engine answered, and restarting it would not fix a gateway.
+    if not outcome.ok and not gateway_failed and (retry := automatic(reason)) and not stopping:
         why = f"retry after failed run #{outcome.run_id}: {outcome.error}"
         mind, more = want(mind, retry, why, ended.at)
         intents += more

@@ -59,6 +59,17 @@ def host_path(attrs: dict[str, Any], path: str) -> str | None:
     return best[1] if best else None
 
 
+def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` (0.33+): how long it lets running requests finish after
+    SIGTERM (0, its default, aborts them). None when not given, or given as no number."""
+    if "shutdown-timeout" not in flags:
+        return None
+    try:
+        return vllmflags.shutdown_timeout(flags)
+    except ValueError:
+        return None
+
+
 def check_llm(
     name: str,
     attrs: dict[str, Any],
@@ -204,13 +215,14 @@ def _shutdown(
     )
     found = []
     if stop_timeout is not None and stop_timeout < need:
-        found.append(
+        found.append(  # the sequence stops with the longer timeout itself: only said
             Finding(
-                "error",
+                "info",
                 name,
                 "shutdown-timeout",
-                f"sparkwarden's llm.stop_timeout {stop_timeout:g}s {why}",
-                f'set llm.stop_timeout to "{need:g}s" or more',
+                f"sparkwarden's llm.stop_timeout {stop_timeout:g}s {why}; its stop_llm waits "
+                f"{need:g}s instead",
+                f'set llm.stop_timeout to "{need:g}s" or more to say so in the config',
             )
         )
     container = container_stop if container_stop is not None else 10.0

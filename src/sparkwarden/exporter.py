@@ -108,6 +108,13 @@ class SnapshotCollector(Collector):
             "Healthy share of drafting over the baseline's, from per-position acceptance",
             known(acc.health),
         )
+        ok = s.gateway.ok if s.gateway else None
+        yield gauge(
+            "sparkwarden_gateway_up",
+            "1 when the users' gateway answered its last chat request, 0 when it failed "
+            "(NaN: no [gateway], or not checked yet)",
+            known(None if ok is None else float(ok)),
+        )
         yield gauge(
             "sparkwarden_drafting_canary_health_ratio",
             "The drafting canary's acceptance over its baseline (greedy, fixed prompts)",

@@ -12,6 +12,7 @@ Notice = Literal[
     "drafting_suspect",
     "reboot_required",
     "policy_taken_over",
+    "gateway_failed",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
@@ -22,4 +23,5 @@ TITLES: Final[dict[Notice, str]] = {
     "drafting_suspect": "sparkwarden: drafting looks low, the canary says the drafter is fine",
     "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
     "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
+    "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
 }

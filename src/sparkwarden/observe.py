@@ -42,6 +42,7 @@ class HealthCheck:
     health: Health
     canary: ChatOutcome | None
     engine: metrics.EngineMetrics | None  # the latest /metrics: a busy engine answers slowly
+    gateway: ChatOutcome | None = None  # the users' path, after a good canary (gateway.watch)
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ class Observer:
         """/health, and the chat canary when due and the engine is idle enough to spare it, or
         when a suspected stall needs one real chat to confirm it."""
         cfg, vllm = self.config, self.parts.vllm
-        self.lease(2 * cfg.health.timeout + cfg.llm.probe_timeout + MARGIN)
+        watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
+        probes = 2 if watched else 1  # the canary, then the users' path
+        self.lease(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + MARGIN)
         health = vllm.health(timeout=cfg.health.timeout)
         engine = self.last_scrape.engine
         busy = engine is not None and engine.busy and not stuck
@@ -185,7 +188,10 @@ class Observer:
             else ChatOutcome(False, "/v1/models names no model")
         )
         self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
-        return HealthCheck(health, canary, engine)
+        gateway = None
+        if canary.ok and watched is not None and cfg.gateway is not None:
+            gateway = watched.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout)
+        return HealthCheck(health, canary, engine, gateway)
 
     def drafting_canary(self, t: float) -> Round | None:
         """The drafting canary's requests and the scrapes around them (None: no model named)."""

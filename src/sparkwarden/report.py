@@ -83,6 +83,15 @@ class BudgetView:
 
 
 @dataclass(frozen=True)
+class GatewayView:
+    url: str
+    watch: bool
+    ok: bool | None
+    last: str
+    failing_since: float | None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     written_at: str
     daemon: DaemonView
@@ -101,6 +110,7 @@ class Snapshot:
     off: dict[str, str] = field(default_factory=dict)
     reboot_required: bool = False
     memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
+    gateway: GatewayView | None = None  # the users' path, with a [gateway]
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""
@@ -223,6 +233,11 @@ def build(
         ),
         reboot_required=facts.reboot_required is not None,
         memory_trend=facts.reboot_required.to_json() if facts.reboot_required else None,
+        gateway=(
+            GatewayView(cfg.gateway.url, cfg.gateway.watch, **asdict(mind.gateway))
+            if cfg.gateway
+            else None
+        ),
     )
 
 

@@ -10,7 +10,9 @@ memory the driver has not returned, and a container started at once dies in it. 
 5. ``start_llm``     ``docker start`` the *same* container: same ID, same flags
 6. ``wait_health``   poll ``/health``; connection refused means "still loading"
 7. ``chat_probe``    one real chat request, because ``/health`` can be 200 over a dead engine
-8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
+8. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
+                     may lag behind the engine (cooldowns, failed upstreams), never restarts it
+9. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
 sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
@@ -25,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from sparkwarden import faults, logs
+from sparkwarden import doctor, faults, logs, metrics, vllmflags
+from sparkwarden.actions.doctor import vllm_config_file
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.adapters.vllm import VllmClient
@@ -42,11 +45,14 @@ STEPS: Final = (
     "start_llm",
     "wait_health",
     "chat_probe",
+    "gateway_probe",
     "resume_voice",
 )
 
 #: Exit code of a process ended by SIGKILL: ``docker stop`` ran out of patience.
 _SIGKILL_EXIT = 137
+#: One gateway attempt: long enough for a loaded gateway, short enough to retry a stuck one.
+_GATEWAY_TRY = 30.0
 
 log = logs.get("sparkwarden.sequence")
 
@@ -67,6 +73,8 @@ class Parts:
     should_abort: Callable[[], bool] = lambda: False
     #: Called once a step has acted, before it is recorded (tests: see :mod:`sparkwarden.faults`).
     after_action: Callable[[str], None] = lambda _name: None
+    #: The users' path (``[gateway]``): the same chat code, through the gateway's URL and key.
+    gateway: VllmClient | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Parts:
@@ -76,11 +84,16 @@ class Parts:
             host=Host(),
             journal=Journal(config.state.dir),
             after_action=faults.stall_after_action(),
+            gateway=(
+                VllmClient(config.gateway.url, config.gateway.api_key()) if config.gateway else None
+            ),
         )
 
     def close(self) -> None:
         self.docker.close()
         self.vllm.close()
+        if self.gateway is not None:
+            self.gateway.close()
         self.journal.close()
 
 
@@ -113,6 +126,8 @@ class Outcome:
     ok: bool
     container: str | None
     error: str | None
+    #: The step that failed first: a ``gateway_probe`` failure is no reason to restart again.
+    failed_step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +184,7 @@ def restart(
     run.repairing = resume is not None
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
+    failed_step: str | None = None
     try:
         if resume:  # before anything can fail: a repair cut short must not forget the list
             run.paused = list(resume.voice_paused)
@@ -186,8 +202,10 @@ def restart(
         run.step("start_llm", lambda: run.start_llm(active))
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
+        run.step("gateway_probe", run.gateway_probe)
     except SparkwardenError as exc:
         error = scrub(str(exc))
+        failed_step = exc.step if isinstance(exc, StepFailed) else None
     except _UNRECORDABLE as exc:  # a full or read-only state dir: still resume voice below
         log.error("journal_unwritable", run=run.id, error=str(exc))
         error = f"the journal could not be written: {exc}"
@@ -203,7 +221,8 @@ def restart(
     log.info(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
-    return Outcome(run.id, error is None, run.container.name if run.container else None, error)
+    container = run.container.name if run.container else None
+    return Outcome(run.id, error is None, container, error, failed_step)
 
 
 class _Run:
@@ -279,6 +298,7 @@ class _Run:
             "start_llm": 2 * call,
             "wait_health": cfg.llm.poll_interval + 10.0 + call,
             "chat_probe": cfg.llm.probe_timeout + call,
+            "gateway_probe": cfg.llm.poll_interval + _GATEWAY_TRY + call,
             "resume_voice": call * (1 + len(cfg.voice.containers)) + cfg.voice.stop_timeout,
         }
         return longest.get(name, call) + 30.0
@@ -398,7 +418,11 @@ class _Run:
                 },
                 skipped=True,
             )
+        grace = engine_grace(docker.attrs(active.name))
+        timeout = stop_timeout(timeout, grace)
+        running = in_flight(self.parts.vllm.metrics())
         self.parts.journal.remember(self.id, llm_stopped=True)
+        self.parts.heartbeat(self._lease("stop_llm") + (grace or 0.0))
         began = self.parts.monotonic()
         docker.stop(active.name, timeout)
         seconds = self.parts.monotonic() - began
@@ -407,9 +431,19 @@ class _Run:
             raise StepFailed("stop_llm", f"{active.name} is still {after.status} after docker stop")
         killed = after.exit_code == _SIGKILL_EXIT
         how = f"killed after the {timeout:g}s stop timeout" if killed else "exited by itself"
+        summary = f"{how} in {seconds:.1f}s (exit code {after.exit_code})"
+        if running:
+            summary += "; " + in_flight_note(running, grace)
         return Done(
-            f"{how} in {seconds:.1f}s (exit code {after.exit_code})",
-            {"exit_code": after.exit_code, "killed": killed, "seconds": round(seconds, 3)},
+            summary,
+            {
+                "exit_code": after.exit_code,
+                "killed": killed,
+                "seconds": round(seconds, 3),
+                "running_at_stop": running,
+                "shutdown_timeout": grace,
+                "stop_timeout": timeout,
+            },
         )
 
     def drop_caches(self) -> Done:
@@ -544,6 +578,37 @@ class _Run:
             {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
         )
 
+    def gateway_probe(self) -> Done:
+        """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
+        gateway, client, parts = self.config.gateway, self.parts.gateway, self.parts
+        if gateway is None or client is None:
+            return Done("no [gateway] configured", skipped=True)
+        began = parts.monotonic()
+        deadline = began + gateway.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            left = max(deadline - parts.monotonic(), 1.0)
+            outcome = client.chat(gateway.model, timeout=min(left, _GATEWAY_TRY))
+            lag = round(parts.monotonic() - began, 3)
+            figures = {"url": gateway.url, "model": gateway.model, "attempts": attempts}
+            if outcome.ok:
+                return Done(
+                    f"{gateway.url} {outcome.detail}; the users' path lagged the engine by "
+                    f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
+                    {**figures, "lag_s": lag, "answer": outcome.content[:80]},
+                )
+            if parts.should_abort() or parts.monotonic() + self.config.llm.poll_interval > deadline:
+                raise StepFailed(
+                    "gateway_probe",
+                    f"the gateway {gateway.url} did not answer a chat request for "
+                    f"{gateway.model!r} within {gateway.timeout:g}s, though the engine itself "
+                    f"answered; last: {outcome.detail}",
+                    {**figures, "seconds": lag, "last": outcome.detail},
+                )
+            parts.heartbeat(self._lease("gateway_probe"))
+            parts.sleep(self.config.llm.poll_interval)
+
     def resume_voice(self) -> Done:
         docker, voice = self.parts.docker, self.config.voice
         resumed: list[str] = []
@@ -571,6 +636,42 @@ class _Run:
         if already:
             summary += "; already " + ", ".join(f"{n} {s}" for n, s in already.items())
         return Done(summary, detail, skipped=not self.paused)
+
+
+def engine_grace(attrs: dict[str, Any]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
+    ``--config`` file through the container's mounts); None when not set."""
+    argv = doctor.command_line(attrs)
+    return doctor.shutdown_timeout(vllmflags.read(argv, vllm_config_file(attrs, argv)[0]))
+
+
+def stop_timeout(configured: float, shutdown_grace: float | None) -> float:
+    """``docker stop``'s timeout: above vLLM's ``--shutdown-timeout`` (running requests finish)
+    by doctor's teardown margin, and never under the configured one."""
+    if not shutdown_grace:
+        return configured
+    return max(configured, shutdown_grace + doctor.SHUTDOWN_MARGIN)
+
+
+def in_flight(metrics_text: str | None) -> int | None:
+    """Requests running at the stop, from ``/metrics``; None when it cannot be read."""
+    if metrics_text is None:
+        return None
+    try:
+        running = metrics.parse(metrics_text).running
+    except metrics.MetricsError:
+        return None
+    return None if running is None else int(running)
+
+
+def in_flight_note(running: int, shutdown_grace: float | None) -> str:
+    """What happened to the requests a planned stop found running (the drain's deadline passed)."""
+    if shutdown_grace:
+        return f"{running} request(s) running, given up to {shutdown_grace:g}s to finish"
+    return (
+        f"{running} request(s) running and cut: the engine has no --shutdown-timeout "
+        "(vLLM aborts running requests at SIGTERM without one)"
+    )
 
 
 def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -603,8 +704,10 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
     quiet = f"{verb} {_names(to_quiet)}"
     if left_alone:
         quiet += "; leave as they are: " + ", ".join(f"{n} ({s})" for n, s in left_alone.items())
+    grace = engine_grace(docker.attrs(active.name)) if active.up else None
     stop = (
-        f"docker stop {active.name} with a {llm.stop_timeout:g}s timeout"
+        f"docker stop {active.name} with a {stop_timeout(llm.stop_timeout, grace):g}s timeout"
+        + (f" (above vLLM's --shutdown-timeout {grace:g}s)" if grace else "")
         if active.up
         else f"nothing: {active.name} is {active.status} (exit code {active.exit_code})"
     )
@@ -624,6 +727,13 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
             "chat_probe",
             f"one chat request to {llm.model or 'the model /v1/models names'}, "
             f"up to {llm.probe_timeout:g}s",
+        ),
+        (
+            "gateway_probe",
+            f"the same request through {config.gateway.url} as {config.gateway.model!r}, "
+            f"retried for up to {config.gateway.timeout:g}s"
+            if config.gateway
+            else "nothing: no [gateway] configured",
         ),
         (
             "resume_voice",

@@ -154,6 +154,10 @@ def format_text(s: dict[str, Any]) -> str:
     lines.append(f"health:      {llm.get('health') or '-'}"[:79])
     if llm.get("last_probe"):
         lines.append(f"last probe:  {llm['last_probe']}"[:79])
+    gateway = s.get("gateway")
+    if gateway:
+        said = gateway.get("last") or "-"
+        lines.append(f"gateway:     {gateway['url']}: {said}"[:79])
     if acc.get("available") is False:
         lines.append("acceptance:  no spec-decode metrics: trigger off")
     else:

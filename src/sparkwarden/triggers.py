@@ -207,6 +207,34 @@ def memory_observe(
     return MemoryState(since, state.alerted), None
 
 
+# --- the users' gateway ---------------------------------------------------------------------------
+
+#: The step whose failure leaves the engine answering: no reason to restart it again.
+GATEWAY_STEP: Final = "gateway_probe"
+
+
+@dataclass(frozen=True)
+class GatewayWatch:
+    """What the users' path last said: ``ok`` None until first checked."""
+
+    ok: bool | None = None
+    last: str = "not checked yet"
+    failing_since: float | None = None
+
+
+def gateway_observe(
+    state: GatewayWatch, outcome: ChatOutcome, t: float
+) -> tuple[GatewayWatch, str | None]:
+    """Checked only once the engine itself answered, so a failure here is the gateway's: report
+    it once when it starts failing (never a restart: a new engine would not fix a gateway)."""
+    if outcome.ok:
+        return GatewayWatch(True, f"ok {outcome.detail}"), None
+    if state.ok is False:
+        return replace(state, last=f"FAILED {outcome.detail}"), None
+    why = f"the engine answers but the users' gateway does not: {outcome.detail}"
+    return GatewayWatch(False, f"FAILED {outcome.detail}", t), why
+
+
 # --- memory trend --------------------------------------------------------------------------------
 
 

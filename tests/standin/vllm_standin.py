@@ -13,11 +13,17 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
 chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine (chats
 hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
+
+Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
+requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
+0.33's ``--shutdown-timeout``: new requests get 503 at once; 0 (its default) aborts the running
+ones mid-stream, more lets them finish for up to that long; then the teardown (``--stop-delay``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -26,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -64,12 +71,25 @@ class Engine:
         self.generation = 0.0
         self.prompt = 0.0
         self.running = args.running
-        self.extra_running = 0  # chat requests being generated now (--traffic)
+        self.extra_running = 0  # chat requests being generated now
         self.lock = threading.Lock()
         self.chats = 0
+        self.stopping = False  # SIGTERM seen: new requests are refused
+        self.aborting = False  # running requests are cut
         self._last = time.monotonic()
         self._started = time.monotonic()
         self.traffic = Traffic(args) if args.traffic else None
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[None]:
+        """A request being generated: the request gauge shows it, a graceful SIGTERM waits on it."""
+        with self.lock:
+            self.extra_running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.extra_running -= 1
 
     def acceptance(self) -> float:
         """Acceptance now: flat, then a linear fall from ``decay_after`` over ``decay_over``."""
@@ -338,16 +358,11 @@ def serve_counted(engine: Engine, body: dict[str, object], max_tokens: int) -> i
     prompt = str(messages[-1].get("content", "")) if isinstance(messages, list) else ""
     greedy = body.get("temperature") == 0
     seed = body.get("seed")
-    with engine.lock:
-        engine.extra_running += 1
-    try:
+    with engine.generating():
         made, seconds = engine.traffic.request(
             engine, prompt, max_tokens, int(seed) if isinstance(seed, int) else 0, greedy
         )
         time.sleep(seconds)
-    finally:
-        with engine.lock:
-            engine.extra_running -= 1
     return made
 
 
@@ -396,7 +411,7 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
 
         def do_GET(self) -> None:
             if self.path == "/health":
-                if args.mode == "never-healthy":
+                if args.mode == "never-healthy" or engine.stopping:
                     self._send(503, b"")
                 else:
                     self._send(200, b"")
@@ -453,6 +468,9 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
                 )
                 return
+            if engine.stopping:
+                self._error(503, "The server is shutting down", "ServiceUnavailableError")
+                return
             engine.chats += 1
             if args.mode in ("chat-fails", "zombie"):
                 self._error(
@@ -466,12 +484,58 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                 time.sleep(3600)
                 return
             max_tokens = int(body.get("max_tokens") or 16)
+            if body.get("stream"):
+                with engine.generating():
+                    self._stream(max_tokens)
+            else:
+                self._answer(body, max_tokens)
+
+        def _stream(self, max_tokens: int) -> None:
+            """vLLM's SSE: a role chunk, one chunk per token, a finish chunk, ``[DONE]``."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chat_id, created = f"chatcmpl-{engine.chats}", int(time.time())
+
+            def event(delta: dict[str, object], finish: str | None = None) -> None:
+                chunk = {
+                    "id": chat_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": args.model,
+                    "choices": [
+                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                    ],
+                }
+                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+
+            event({"role": "assistant", "content": ""})
+            for i in range(max_tokens):
+                time.sleep(args.token_delay)
+                if engine.aborting:  # cut mid-generation: no finish chunk, no [DONE]
+                    self.close_connection = True
+                    return
+                with engine.lock:
+                    engine.generation += 1
+                event({"content": f"tok{i} "})
+            event({}, "length")
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _answer(self, body: dict[str, object], max_tokens: int) -> None:
             text = "ready"
             made = min(1, max_tokens)
             if engine.traffic is not None:
                 made = serve_counted(engine, body, max_tokens)
                 text = "ready " * made
             else:
+                with engine.generating():
+                    time.sleep(args.token_delay)
                 with engine.lock:
                     engine.generation += 1
                     engine.prompt += 12
@@ -549,6 +613,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="no traffic but num_requests_running stuck at --running; chats are answered",
     )
+    p.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=0.0,
+        help="as vLLM 0.33: 0 aborts running requests at SIGTERM, more lets them finish",
+    )
     traffic = p.add_argument_group("per-request drafting (--traffic; the drafting canary)")
     traffic.add_argument(
         "--traffic", default="", help="classes the users' traffic swings through, e.g. math,prose"
@@ -579,11 +650,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    engine: Engine | None = None
 
-    def on_term(_sig: int, _frame: object) -> None:
+    def shut_down() -> None:
+        if engine is not None:
+            engine.stopping = True
+            deadline = time.monotonic() + args.shutdown_timeout
+            while engine.extra_running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print(f"SIGTERM: {engine.extra_running} running request(s) aborted", flush=True)
+            engine.aborting = True
         print("SIGTERM: tearing down", flush=True)
         time.sleep(args.stop_delay)
         os._exit(0)
+
+    def on_term(_sig: int, _frame: object) -> None:
+        # A thread of its own: the server keeps refusing new requests fast while running ones end.
+        threading.Thread(target=shut_down, daemon=True).start()
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_sigterm else on_term)
     if args.role == "voice":

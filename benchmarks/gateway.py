@@ -1,0 +1,187 @@
+"""The users' path across planned restarts: LiteLLM -> Nginx -> the stand-in vLLM, real parts.
+
+A few users stream answers through the gateway (the shipped examples under packaging/) while the
+daemon makes planned restarts (uptime trigger; the drain never sees quiet, so its deadline passes
+with requests running and vLLM's --shutdown-timeout lets them finish). Two probers, one on the
+engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
+(a handful of clients).
+
+    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3]
+
+Targets: 0 requests cut mid-generation; requests refused while down fail in a median <= 1 s;
+the users' path is down at most the engine's downtime + 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import Bench, Line, main_one
+from sparkwarden.adapters.vllm import VllmClient
+from tests.commands import history
+from tests.daemonkit import wait_for
+from tests.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
+from tests.standin.stage import free_port, wait_healthy
+
+MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--restarts", type=int, default=3, help="planned restarts (3)")
+    parser.add_argument("--clients", type=int, default=3, help="users streaming (3)")
+    parser.add_argument("--max-tokens", type=int, default=40)
+    parser.add_argument("--token-delay", type=float, default=0.05)
+    parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
+
+
+class Prober:
+    """One short chat request every ``every`` seconds; records (when, answered)."""
+
+    def __init__(self, client: VllmClient, model: str, every: float = 0.1) -> None:
+        self.client, self.model, self.every = client, model, every
+        self.seen: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            self.seen.append((t, self.client.chat(self.model, timeout=10).ok))
+            self._stop.wait(self.every)
+
+    def start(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.client.close()
+        return self.seen
+
+
+def outages(seen: list[tuple[float, bool]]) -> list[tuple[float, float]]:
+    """(start, length) of each run of failures: first failure to the next answer."""
+    found, began = [], None
+    for t, ok in seen:
+        if not ok and began is None:
+            began = t
+        elif ok and began is not None:
+            found.append((began, t - began))
+            began = None
+    return found
+
+
+def paired(engine: list[tuple[float, float]], users: list[tuple[float, float]]) -> list[float]:
+    """Users' downtime minus the engine's, for each engine outage and the users' one over it."""
+    extra = []
+    for start, length in engine:
+        over = [u for u in users if u[0] <= start + length and u[0] + u[1] >= start]
+        if over:
+            extra.append(max(u[0] + u[1] for u in over) - min(u[0] for u in over) - length)
+    return extra
+
+
+def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="gateway-", dir=bench.dir))
+    engine_port = free_port()
+    with users_path(work, engine_port, MODEL) as (_nginx, litellm):
+        llm, port = bench.stage.llm(
+            "gateway-llm",
+            *("--token-delay", str(args.token_delay), "--shutdown-timeout", "30"),
+            port=engine_port,
+        )
+        wait_healthy(port)
+        config = bench.config(
+            "gateway",
+            llm,
+            port,
+            [],
+            llm={"stop_timeout": "10s"},
+            schedule={"cron": ""},
+            watch={"interval": "0.5s", "max_uptime": f"{args.uptime:g}s"},
+            drain={"quiet": "30s", "deadline": "3s"},
+            budget={"max_runs": args.restarts},
+        )
+        load = StreamingLoad(litellm.url, args.clients, args.max_tokens).start()
+        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL).start()
+        users = Prober(VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY), ALIAS).start()
+        try:
+            wait_for("steady load", lambda: load.count("complete") >= args.clients, 60)
+            daemon = bench.daemon(config)
+            wait_for(
+                f"{args.restarts} planned runs",
+                lambda: len(_finished(config)) >= args.restarts,
+                timeout=args.restarts * (args.uptime + 63),
+            )
+            after = load.count("complete")
+            wait_for("users served again", lambda: load.count("complete") > after, 60)
+        finally:
+            results = load.stop()
+            engine_seen, users_seen = engine.stop(), users.stop()
+        daemon.stop()
+        runs = _finished(config)
+    stops = [{s["name"]: s for s in r["steps"]}["stop_llm"]["detail"] for r in runs]
+    refused = [r.seconds for r in results if r.kind == "refused"]
+    engine_out, users_out = outages(engine_seen), outages(users_seen)
+    return {
+        "runs": [(r["reason"], r["result"]) for r in runs],
+        "requests": len(results),
+        "complete": sum(r.kind == "complete" for r in results),
+        "cut": sum(r.kind == "cut" for r in results),
+        "running_at_stop": [s.get("running_at_stop") for s in stops],
+        "refused": len(refused),
+        "refused_median_s": statistics.median(refused) if refused else None,
+        "refused_max_s": max(refused) if refused else None,
+        "engine_down_s": [round(length, 2) for _, length in engine_out],
+        "users_down_s": [round(length, 2) for _, length in users_out],
+        "users_minus_engine_s": [round(x, 2) for x in paired(engine_out, users_out)],
+    }
+
+
+def _finished(config: Path) -> list[dict[str, Any]]:
+    return [r for r in history(config) if r["result"] != "running"]
+
+
+def lines(r: dict[str, Any]) -> list[Line]:
+    extra, refused = r["users_minus_engine_s"], r["refused_median_s"]
+    worst = max(extra) if extra else float("nan")
+    engine = statistics.median(r["engine_down_s"]) if r["engine_down_s"] else float("nan")
+    users = statistics.median(r["users_down_s"]) if r["users_down_s"] else float("nan")
+    return [
+        Line(
+            f"requests cut mid-generation by {len(r['runs'])} planned restarts",
+            r["cut"],
+            f"{r['requests']} requests; running at the stops {r['running_at_stop']}",
+            "0",
+            r["cut"] == 0,
+        ),
+        Line(
+            f"requests refused while the engine was down ({r['refused']}), s to the error",
+            float("nan") if refused is None else refused,
+            "" if r["refused_max_s"] is None else f"max {r['refused_max_s']:.2f}",
+            "<= 1",
+            refused is not None and refused <= 1,
+        ),
+        Line(
+            "users' path downtime minus the engine's, worst restart, s",
+            worst,
+            f"median downtime: users {users:.2f}, engine {engine:.2f}",
+            "<= 5",
+            bool(extra) and worst <= 5,
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_one(sys.modules[__name__]))

@@ -154,7 +154,15 @@ def test_gateway_is_optional_checked_and_its_key_read_when_needed(
     message = str(bad.value)
     assert "gateway.url: 'litellm:4000' is not an http:// or https:// URL" in message
     assert "gateway.model: required key is missing" in message
-    assert "gateway.api_key_file:" in message and "not readable" in message
+    # Its key file is a secret like the LLM's: checked by the commands that send it, never by
+    # the ones that only read state (a group member cannot read root's key).
+    gone = {"url": "http://127.0.0.1:4000", "model": "qwen", "api_key_file": str(tmp_path / "x")}
+    config = cfg.parse({"llm": llm, "gateway": gone})
+    with pytest.raises(ConfigError, match=r"gateway\.api_key_file: .*cannot be read"):
+        cfg.require_secrets(config, tmp_path / "c.toml")
+    loose = _secret_file(tmp_path, 0o666)
+    config = cfg.parse({"llm": llm, "gateway": {**gone, "api_key_file": str(loose)}})
+    assert any(p.startswith("gateway.api_key_file: ") for p in cfg.secret_report(config)[1])
 
 
 def _secret_file(tmp_path: Path, mode: int, uid: int = 0) -> Path:

@@ -141,15 +141,6 @@ def _http_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def _readable(path: Path | None) -> Path | None:
-    """A key file that exists, can be read and holds one token (checked at load, not mid-run)."""
-    if path is not None and not os.access(path, os.R_OK):
-        raise ValueError(f"{str(path)!r} does not exist or is not readable")
-    if path is not None and (problem := key_problem(path.read_text(errors="replace"))):
-        raise ValueError(f"{str(path)!r}: {problem}")
-    return path
-
-
 def _read_key(path: Path | None, env: str, field: str) -> str | None:
     if path is None:
         key, source = os.environ.get(env, ""), env
@@ -175,11 +166,6 @@ class GatewayConfig(_Section):
     def _base(cls, url: str) -> str:
         """The base URL users give their OpenAI client ends in ``/v1``; requests add it back."""
         return _http_url(url).removesuffix("/v1")
-
-    @field_validator("api_key_file")
-    @classmethod
-    def _key_file(cls, path: Path | None) -> Path | None:
-        return _readable(path)
 
     def api_key(self) -> str | None:
         """The gateway's key (e.g. a LiteLLM virtual key), read when needed, never printed."""
@@ -437,14 +423,18 @@ def secret_report(config: Config) -> tuple[list[str], list[str]]:
     """
     absent: list[str] = []
     wrong: list[str] = []
-    if config.llm.api_key_file is not None:
-        path = config.llm.api_key_file
+    keys = {"llm.api_key_file": config.llm.api_key_file}
+    if config.gateway is not None:
+        keys["gateway.api_key_file"] = config.gateway.api_key_file
+    for field, path in keys.items():
+        if path is None:
+            continue
         if unread := _unreadable(path):
-            absent.append(f"llm.api_key_file: {unread}")
+            absent.append(f"{field}: {unread}")
         elif problem := secret_file_problem(path):
-            wrong.append(f"llm.api_key_file: {problem}")
+            wrong.append(f"{field}: {problem}")
         elif shape := key_problem(path.read_text(errors="replace")):
-            wrong.append(f"llm.api_key_file: {str(path)!r}: {shape}")
+            wrong.append(f"{field}: {str(path)!r}: {shape}")
     for index, target in enumerate(config.notify):
         key = f"notify.{index}"
         if target.url_file is not None:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkwarden import config as cfg
+from sparkwarden import secretfiles
 from sparkwarden.errors import ConfigError
 
 MINIMAL = {"llm": {"containers": ["vllm-35b"], "base_url": "http://127.0.0.1:8000"}}
@@ -159,10 +160,10 @@ def test_gateway_is_optional_checked_and_its_key_read_when_needed(
     gone = {"url": "http://127.0.0.1:4000", "model": "qwen", "api_key_file": str(tmp_path / "x")}
     config = cfg.parse({"llm": llm, "gateway": gone})
     with pytest.raises(ConfigError, match=r"gateway\.api_key_file: .*cannot be read"):
-        cfg.require_secrets(config, tmp_path / "c.toml")
+        secretfiles.require_secrets(config, tmp_path / "c.toml")
     loose = _secret_file(tmp_path, 0o666)
     config = cfg.parse({"llm": llm, "gateway": {**gone, "api_key_file": str(loose)}})
-    assert any(p.startswith("gateway.api_key_file: ") for p in cfg.secret_report(config)[1])
+    assert any(p.startswith("gateway.api_key_file: ") for p in secretfiles.secret_report(config)[1])
 
 
 def _secret_file(tmp_path: Path, mode: int, uid: int = 0) -> Path:
@@ -187,13 +188,16 @@ def test_secrets_are_not_the_files_business_but_the_daemons(
             "notify": [{"url_env": "SW_UNSET_HOOK"}],
         }
     )
-    problems = cfg.secret_problems(config)
+    problems = secretfiles.secret_problems(config)
     assert problems[0].startswith("llm.api_key_file: '/nonexistent/key' cannot be read")
     assert problems[1] == "notify.0.url_env: $SW_UNSET_HOOK is not set"
     with pytest.raises(ConfigError, match=r"config c\.toml: llm\.api_key_file: .*notify\.0"):
-        cfg.require_secrets(config, Path("c.toml"))
+        secretfiles.require_secrets(config, Path("c.toml"))
     monkeypatch.setenv("SW_UNSET_HOOK", "gopher://x")
-    assert cfg.secret_problems(config)[1] == "notify.0: the URL it holds is not http:// or https://"
+    assert (
+        secretfiles.secret_problems(config)[1]
+        == "notify.0: the URL it holds is not http:// or https://"
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,15 +211,15 @@ def test_a_secret_file_someone_else_can_write_is_refused_with_the_fix(
     config = cfg.parse(
         {"llm": {**MINIMAL["llm"], "api_key_file": str(key)}, "notify": [{"url_file": str(key)}]}
     )
-    problems = cfg.secret_problems(config)
+    problems = secretfiles.secret_problems(config)
     assert len(problems) == (2 if refused else 0), problems
     for problem in problems:
         assert f"fix: chown root:root {key} && chmod 0600 {key}" in problem
 
 
 def test_api_key_shape_is_checked_without_quoting_the_key() -> None:
-    from sparkwarden.config import key_problem
     from sparkwarden.errors import scrub
+    from sparkwarden.secretfiles import key_problem
 
     assert key_problem("sk-abc123\n") is None and key_problem("") is None
     for bad in ("sk-abc\n# mine\n", "sk abc", "sk-abc\tx", "sk-\x00abc", "sk-é"):

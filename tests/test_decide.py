@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkwarden import decide, report, triggers
+from sparkwarden import decide, gates, report, triggers
 from sparkwarden import intents as do
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
@@ -121,7 +121,7 @@ def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
     assert "operator_stopped" in events(said)
     # a trigger meanwhile is refused, and says why
     mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
-    mind, said = decide.gate(mind, facts(at=T + 4), None, None, T + 4, CFG)
+    mind, said = gates.gate(mind, facts(at=T + 4), None, None, T + 4, CFG)
     assert mind.pending is None and restarts(said) == []
     refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
     assert refused[0].fields["refused"] == "vllm was stopped by hand"
@@ -228,14 +228,14 @@ def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() ->
 
 def test_hold_refuses_and_drops_the_trigger() -> None:
     hold = Hold(T0 + timedelta(hours=1), "swapping fans")
-    mind, said = decide.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
+    mind, said = gates.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
     assert mind.pending is None and restarts(said) == []
     assert "trigger_refused" in events(said)
 
 
 def test_a_hold_whose_time_is_over_is_removed_and_lets_it_through() -> None:
     hold = Hold(T0 - timedelta(seconds=1), "")
-    mind, intents = decide.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
+    mind, intents = gates.gate(pending("crash"), facts(hold=hold), up_since(7200), None, T, CFG)
     assert do.ExpireHold() in intents
     assert restarts(intents) == [do.Restart("crash", "crash wanted")]
     assert mind.pending is None
@@ -243,71 +243,71 @@ def test_a_hold_whose_time_is_over_is_removed_and_lets_it_through() -> None:
 
 def test_gave_up_refuses_until_an_operator_resets() -> None:
     given = GaveUp("crash", "budget spent", T0.isoformat())
-    mind, said = decide.gate(pending("crash"), facts(gave_up=given), None, None, T, CFG)
+    mind, said = gates.gate(pending("crash"), facts(gave_up=given), None, None, T, CFG)
     assert mind.pending is None and restarts(said) == [] and "trigger_refused" in events(said)
 
 
 def test_a_nightly_restart_of_a_fresh_engine_is_skipped() -> None:
-    mind, said = decide.gate(pending("schedule"), facts(), up_since(600), None, T, CFG)
+    mind, said = gates.gate(pending("schedule"), facts(), up_since(600), None, T, CFG)
     assert mind.pending is None and events(said) == ["schedule_skipped"]
     # an old engine drains as usual; other reasons never look at freshness
-    mind, said = decide.gate(pending("schedule"), facts(), up_since(7200), IDLE, T, CFG)
+    mind, said = gates.gate(pending("schedule"), facts(), up_since(7200), IDLE, T, CFG)
     assert mind.pending is not None and events(said) == ["draining"]
-    mind, said = decide.gate(pending("crash"), facts(), up_since(600), None, T, CFG)
+    mind, said = gates.gate(pending("crash"), facts(), up_since(600), None, T, CFG)
     assert restarts(said) == [do.Restart("crash", "crash wanted")]
 
 
 def test_a_spent_budget_gives_up_once_and_says_so() -> None:
     runs = tuple(PastRun("crash", "ok", T - 600 * i, T - 600 * i + 60) for i in (1, 2, 3))
-    mind, intents = decide.gate(pending("crash"), facts(runs=runs), up_since(60), None, T, CFG)
+    mind, intents = gates.gate(pending("crash"), facts(runs=runs), up_since(60), None, T, CFG)
     assert mind.pending is None and restarts(intents) == []
     (gave_up,) = [i.gave_up for i in intents if isinstance(i, do.GiveUp)]
     assert gave_up.reason == "crash" and "3 automatic runs in the window" in gave_up.why
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["gave_up"]
     # a reset since those runs gives the budget back
-    _, intents = decide.gate(pending("crash"), facts(runs=runs, reset_at=T - 1), None, None, T, CFG)
+    _, intents = gates.gate(pending("crash"), facts(runs=runs, reset_at=T - 1), None, None, T, CFG)
     assert restarts(intents) == [do.Restart("crash", "crash wanted")]
 
 
 def test_backoff_after_a_failed_run_keeps_it_pending_then_lets_it_through() -> None:
     runs = (PastRun("crash", "failed", T - 100, T - 60),)
-    mind, intents = decide.gate(pending("crash"), facts(runs=runs), None, None, T, CFG)
+    mind, intents = gates.gate(pending("crash"), facts(runs=runs), None, None, T, CFG)
     assert mind.pending is not None and intents == []  # 60 s into a 120 s backoff
-    mind, intents = decide.gate(mind, facts(runs=runs, at=T + 61), None, None, T + 61, CFG)
+    mind, intents = gates.gate(mind, facts(runs=runs, at=T + 61), None, None, T + 61, CFG)
     assert mind.pending is None and len(restarts(intents)) == 1
 
 
 def test_drain_waits_for_quiet_then_goes() -> None:
     known, active = facts(), up_since(7200)
     mind = pending("uptime")
-    assert decide.wants_drain_sample(mind, known, active, T, CFG)
-    mind, said = decide.gate(mind, known, active, BUSY, T, CFG)
+    assert gates.wants_drain_sample(mind, known, active, T, CFG)
+    mind, said = gates.gate(mind, known, active, BUSY, T, CFG)
     assert events(said) == ["draining"] and state(mind, known) == "draining"
-    mind, said = decide.gate(mind, now(known, T + 10), active, IDLE, T + 10, CFG)
-    mind, said = decide.gate(mind, now(known, T + 39), active, IDLE, T + 39, CFG)
+    mind, said = gates.gate(mind, now(known, T + 10), active, IDLE, T + 10, CFG)
+    mind, said = gates.gate(mind, now(known, T + 39), active, IDLE, T + 39, CFG)
     assert restarts(said) == [] and mind.pending is not None
-    mind, said = decide.gate(mind, now(known, T + 40), active, IDLE, T + 40, CFG)
+    mind, said = gates.gate(mind, now(known, T + 40), active, IDLE, T + 40, CFG)
     assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
     assert mind.pending is None and state(mind, known) == "idle"
 
 
 def test_drain_goes_at_its_deadline_however_busy() -> None:
     known, active = facts(), up_since(7200)
-    mind, _ = decide.gate(pending("acceptance"), known, active, BUSY, T, CFG)
-    mind, said = decide.gate(mind, now(known, T + 599), active, BUSY, T + 599, CFG)
+    mind, _ = gates.gate(pending("acceptance"), known, active, BUSY, T, CFG)
+    mind, said = gates.gate(mind, now(known, T + 599), active, BUSY, T + 599, CFG)
     assert restarts(said) == []
-    mind, said = decide.gate(mind, now(known, T + 600), active, BUSY, T + 600, CFG)
+    mind, said = gates.gate(mind, now(known, T + 600), active, BUSY, T + 600, CFG)
     assert len(restarts(said)) == 1 and "drain deadline" in str(said)
 
 
 def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
     """--disable-log-stats: nothing says the engine is quiet, so running chats are not cut."""
     active, no_gauges = up_since(7200), Scrape(None, "no vllm:num_requests_running")
-    mind, said = decide.gate(pending("uptime"), facts(), active, no_gauges, T, CFG)
+    mind, said = gates.gate(pending("uptime"), facts(), active, no_gauges, T, CFG)
     assert restarts(said) == [] and mind.pending is not None
     assert state(mind, facts()) == "draining"
     end = T + CFG.drain.deadline
-    mind, said = decide.gate(mind, now(facts(), end), active, no_gauges, end, CFG)
+    mind, said = gates.gate(mind, now(facts(), end), active, no_gauges, end, CFG)
     assert len(restarts(said)) == 1 and mind.pending is None
     assert "waited the whole drain deadline" in str(said)
 
@@ -315,13 +315,13 @@ def test_drain_without_request_gauges_waits_the_whole_deadline() -> None:
 def test_drain_with_no_reading_at_all_waits_for_its_deadline() -> None:
     """Docker could not be inspected mid-drain, so nothing was read: unknown is not quiet."""
     known, active = facts(), up_since(7200)
-    mind, _ = decide.gate(pending("uptime"), known, active, IDLE, T, CFG)
-    assert not decide.wants_drain_sample(mind, now(known, T + 31), None, T + 31, CFG)
-    mind, said = decide.gate(mind, now(known, T + 31), None, None, T + 31, CFG)
+    mind, _ = gates.gate(pending("uptime"), known, active, IDLE, T, CFG)
+    assert not gates.wants_drain_sample(mind, now(known, T + 31), None, T + 31, CFG)
+    mind, said = gates.gate(mind, now(known, T + 31), None, None, T + 31, CFG)
     assert restarts(said) == [] and state(mind, known) == "draining"
-    mind, said = decide.gate(mind, now(known, T + 599), None, None, T + 599, CFG)
+    mind, said = gates.gate(mind, now(known, T + 599), None, None, T + 599, CFG)
     assert restarts(said) == []
-    mind, said = decide.gate(mind, now(known, T + 600), None, None, T + 600, CFG)
+    mind, said = gates.gate(mind, now(known, T + 600), None, None, T + 600, CFG)
     assert len(restarts(said)) == 1 and "drain deadline" in str(said)
 
 
@@ -330,11 +330,11 @@ def test_the_gate_admits_only_on_facts_read_at_its_moment() -> None:
     was written must not let the crash restart through."""
     mind, _ = decide.on_event(Mind(), die(T + 5), CFG)
     stale = facts()  # read at T, before the operator's hold
-    assert not decide.wants_drain_sample(mind, stale, None, T + 6, CFG)
-    kept, said = decide.gate(mind, stale, None, None, T + 6, CFG)
+    assert not gates.wants_drain_sample(mind, stale, None, T + 6, CFG)
+    kept, said = gates.gate(mind, stale, None, None, T + 6, CFG)
     assert restarts(said) == [] and kept.pending == mind.pending
     held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 6)
-    mind, said = decide.gate(mind, held, None, None, T + 6, CFG)
+    mind, said = gates.gate(mind, held, None, None, T + 6, CFG)
     assert mind.pending is None and restarts(said) == []
     assert "trigger_refused" in events(said)
 
@@ -342,21 +342,21 @@ def test_the_gate_admits_only_on_facts_read_at_its_moment() -> None:
 def test_a_hold_arriving_mid_drain_ends_the_drain_and_shows_held() -> None:
     """The bug of issue 12: the state said "draining", with nothing pending, for ever."""
     active = up_since(7200)
-    mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
+    mind, _ = gates.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     assert state(mind, facts()) == "draining"
     held = facts(hold=Hold(T0 + timedelta(hours=1), "maintenance"), at=T + 5)
-    assert not decide.wants_drain_sample(mind, held, active, T + 5, CFG)
-    mind, said = decide.gate(mind, held, active, None, T + 5, CFG)
+    assert not gates.wants_drain_sample(mind, held, active, T + 5, CFG)
+    mind, said = gates.gate(mind, held, active, None, T + 5, CFG)
     assert mind.pending is None and restarts(said) == []
     assert state(mind, held, T + 5) == "held"
 
 
 def test_an_urgent_trigger_mid_drain_goes_without_draining() -> None:
     active = up_since(7200)
-    mind, _ = decide.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
+    mind, _ = gates.gate(pending("uptime"), facts(), active, BUSY, T, CFG)
     mind, _ = decide.want(mind, "crash", "died", T + 1)
-    assert not decide.wants_drain_sample(mind, facts(at=T + 1), active, T + 1, CFG)
-    mind, said = decide.gate(mind, facts(at=T + 1), active, None, T + 1, CFG)
+    assert not gates.wants_drain_sample(mind, facts(at=T + 1), active, T + 1, CFG)
+    mind, said = gates.gate(mind, facts(at=T + 1), active, None, T + 1, CFG)
     assert restarts(said) == [do.Restart("crash", "died")]
 
 
@@ -455,7 +455,7 @@ def test_memory_falling_after_every_stop_and_drop_requires_a_reboot_and_refuses_
     # once flagged: no second flag, and an automatic restart is refused
     flagged = replace(known, reboot_required=flag)
     assert decide.memory_trend(Mind(), flagged, ended("crash", ok=True), trend)[1] == []
-    mind, said = decide.gate(pending("crash"), flagged, up_since(7200), None, T, trend)
+    mind, said = gates.gate(pending("crash"), flagged, up_since(7200), None, T, trend)
     assert mind.pending is None and restarts(said) == []
     assert "reboot required" in str(said)
     assert state(Mind(), flagged) == "reboot required"

@@ -22,7 +22,8 @@ from sparkwarden.facts import Kept
 from sparkwarden.handlers import ManualCall
 from sparkwarden.lock import RunLock
 from sparkwarden.notify import Webhooks
-from sparkwarden.sequence import STEPS, Observer, Parts, Resume, StepEvent, voice_to_quiet
+from sparkwarden.sequence import STEPS, Observer, Parts, Resume, StepEvent
+from sparkwarden.steps import voice_to_quiet
 
 log = logs.get("sparkwarden.daemon")
 

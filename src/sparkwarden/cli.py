@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return _status(args)
     from sparkwarden import config as config_mod
-    from sparkwarden import logs
+    from sparkwarden import logs, secretfiles
     from sparkwarden.errors import ConfigError, SparkwardenError
 
     logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return check_config.run(config, source)
         if args.command in ("run", "record"):  # they read the secrets; status and history do not
-            config_mod.require_secrets(config, source)
+            secretfiles.require_secrets(config, source)
         if args.command == "restart":
             from sparkwarden.actions import restart
 

@@ -28,6 +28,7 @@ from sparkwarden.locate import DEFAULT_SOCKET, DEFAULT_STATE_DIR, read_toml
 from sparkwarden.locate import ENV_PATH as ENV_PATH
 from sparkwarden.locate import resolve_path as resolve_path
 from sparkwarden.notices import EVENTS, Notice
+from sparkwarden.secretfiles import read_key
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -114,41 +115,17 @@ class LlmConfig(_Section):
 
     def api_key(self) -> str | None:
         """The Bearer token, read when needed so it never sits in a printed config."""
-        return _read_key(self.api_key_file, API_KEY_ENV, "llm.api_key_file")
+        return read_key(self.api_key_file, API_KEY_ENV, "llm.api_key_file")
 
 
 #: Where the key comes from when no ``api_key_file`` is set.
 API_KEY_ENV = "SPARKWARDEN_LLM_API_KEY"
 
 
-def key_problem(text: str) -> str | None:
-    """Why ``text`` cannot be a Bearer token (never quoting it): one token, no whitespace. A
-    second line (a comment, an env-file habit) would go into the header, and httpx's refusal
-    would quote the whole header in an error."""
-    key = text.strip()
-    if not key:
-        return None
-    if any(c.isspace() for c in key):
-        return "the API key must be one token on one line, without spaces (the file has more)"
-    if not key.isprintable() or not key.isascii():
-        return "the API key has characters a Bearer token cannot carry"
-    return None
-
-
 def _http_url(url: str) -> str:
     if not re.fullmatch(r"https?://[^\s/]+(:\d+)?(/\S*)?", url):
         raise ValueError(f"{url!r} is not an http:// or https:// URL")
     return url.rstrip("/")
-
-
-def _read_key(path: Path | None, env: str, field: str) -> str | None:
-    if path is None:
-        key, source = os.environ.get(env, ""), env
-    else:
-        key, source = path.read_text(errors="replace"), str(path)
-    if problem := key_problem(key):
-        raise ConfigError(f"{field}: {source}: {problem}")
-    return key.strip() or None
 
 
 class GatewayConfig(_Section):
@@ -169,7 +146,7 @@ class GatewayConfig(_Section):
 
     def api_key(self) -> str | None:
         """The gateway's key (e.g. a LiteLLM virtual key), read when needed, never printed."""
-        return _read_key(self.api_key_file, "SPARKWARDEN_GATEWAY_API_KEY", "gateway.api_key_file")
+        return read_key(self.api_key_file, "SPARKWARDEN_GATEWAY_API_KEY", "gateway.api_key_file")
 
 
 class VoiceConfig(_Section):
@@ -391,86 +368,6 @@ class Config(_Section):
         if both:
             raise ValueError(f"containers listed as both llm and voice: {', '.join(both)}")
         return self
-
-
-def secret_file_problem(path: Path) -> str | None:
-    """Why root must not read a secret from ``path``: missing, unreadable, or in other hands.
-
-    A key or URL file another user can write lets that user point root's requests anywhere
-    (a webhook URL) or swap the key, so only a root-owned file no one else may write is taken.
-    """
-    if unread := _unreadable(path):
-        return unread
-    info = path.stat()
-    if info.st_uid != 0 or info.st_mode & 0o022:
-        who = f"uid {info.st_uid}" if info.st_uid != 0 else "root"
-        return (
-            f"{str(path)!r} is owned by {who} with mode {info.st_mode & 0o777:04o}: only a file "
-            f"owned by root and writable by no one else is trusted "
-            f"(fix: chown root:root {path} && chmod 0600 {path})"
-        )
-    return None
-
-
-def secret_report(config: Config) -> tuple[list[str], list[str]]:
-    """What the daemon and a sequence need beyond the file itself, the secrets they read:
-    (absent here: missing, unreadable, unset; wrong: in other hands, malformed, not a URL).
-
-    Checked by the commands that use them (``run``, ``restart``, ``record``); ``check-config``
-    shows the absent ones as warnings (a group member cannot read root's key) and refuses the
-    wrong ones; the commands that only read state (``status``, ``history``, ``doctor``) never
-    look, so an operator in the group is not refused over root's secrets.
-    """
-    absent: list[str] = []
-    wrong: list[str] = []
-    keys = {"llm.api_key_file": config.llm.api_key_file}
-    if config.gateway is not None:
-        keys["gateway.api_key_file"] = config.gateway.api_key_file
-    for field, path in keys.items():
-        if path is None:
-            continue
-        if unread := _unreadable(path):
-            absent.append(f"{field}: {unread}")
-        elif problem := secret_file_problem(path):
-            wrong.append(f"{field}: {problem}")
-        elif shape := key_problem(path.read_text(errors="replace")):
-            wrong.append(f"{field}: {str(path)!r}: {shape}")
-    for index, target in enumerate(config.notify):
-        key = f"notify.{index}"
-        if target.url_file is not None:
-            if unread := _unreadable(target.url_file):
-                absent.append(f"{key}.url_file: {unread}")
-                continue
-            if problem := secret_file_problem(target.url_file):
-                wrong.append(f"{key}.url_file: {problem}")
-                continue
-        elif not os.environ.get(target.url_env or ""):
-            absent.append(f"{key}.url_env: ${target.url_env} is not set")
-            continue
-        if not re.fullmatch(r"https?://\S+", target.url()):
-            wrong.append(f"{key}: the URL it holds is not http:// or https://")
-    return absent, wrong
-
-
-def secret_problems(config: Config) -> list[str]:
-    """Every reason a secret cannot be used, absent or wrong (see :func:`secret_report`)."""
-    absent, wrong = secret_report(config)
-    return absent + wrong
-
-
-def _unreadable(path: Path) -> str | None:
-    try:
-        with path.open("rb"):
-            return None
-    except OSError as exc:
-        return f"{str(path)!r} cannot be read: {exc.strerror or exc}"
-
-
-def require_secrets(config: Config, source: Path) -> None:
-    """Raise :class:`ConfigError` (exit 2, nothing touched) when a secret is not usable."""
-    problems = secret_problems(config)
-    if problems:
-        raise ConfigError(f"config {source}: " + "; ".join(problems))
 
 
 def load(explicit: str | Path | None = None) -> Config:

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from sparkwarden import config as config_mod
-from sparkwarden import decide, exporter, logs, report, status, triggers
+from sparkwarden import decide, exporter, gates, logs, report, status, triggers
 from sparkwarden.act import Hands
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import SdNotify, Watchdog
@@ -246,10 +246,10 @@ class Daemon:
         mind, facts, cfg = self.mind, self.facts, self.config
         sample = (
             self.observer.scrape()
-            if decide.wants_drain_sample(mind, facts, active, t, cfg)
+            if gates.wants_drain_sample(mind, facts, active, t, cfg)
             else None
         )
-        self._decide(decide.gate(mind, facts, active, sample, t, cfg))
+        self._decide(gates.gate(mind, facts, active, sample, t, cfg))
 
     def _manual(self, call: ManualCall) -> None:
         if not call.claim():

@@ -4,9 +4,9 @@ and a clock.
 No I/O here. Each function takes a :class:`Mind` and returns the next one with the intents
 (:mod:`sparkwarden.intents`) the hands carry out (:mod:`sparkwarden.act`); a run's result comes
 back in through :func:`after_run`.
-A trigger becomes a :class:`Pending` restart, which :func:`gate` lets through past the hold, a
-"gave up", a container stopped by hand, the freshness of the engine, the budget and its backoff,
-and (for a planned reason) a drain of the requests in flight.
+A trigger becomes a :class:`Pending` restart, which :func:`sparkwarden.gates.gate` lets through
+past the hold, a "gave up", a container stopped by hand, the freshness of the engine, the budget
+and its backoff, and (for a planned reason) a drain of the requests in flight.
 """
 
 from __future__ import annotations
@@ -14,24 +14,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 from apscheduler.triggers.base import BaseTrigger
 
 from sparkwarden import acceptance, canary, restart_policy, triggers
 from sparkwarden.config import Config
-from sparkwarden.containers import ContainerState
-from sparkwarden.facts import GaveUp, RebootRequired
+from sparkwarden.facts import RebootRequired
 from sparkwarden.intents import (
     ClearGaveUp,
     EventsSeen,
-    ExpireHold,
-    GiveUp,
     Intent,
     Notify,
     QuietVoiceForMemory,
     RequireReboot,
-    Restart,
     ResumeVoiceAfterMemory,
     RunEnded,
     Say,
@@ -40,7 +35,6 @@ from sparkwarden.intents import (
 )
 from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.schedule import missed_run_due, next_fire
-from sparkwarden.status import local_time
 from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState, Reason, automatic
 
 # --- what the daemon believes ------------------------------------------------------------------
@@ -323,119 +317,6 @@ def catch_up(
     if missed is None:
         return mind, []
     return want(mind, "schedule", f"making up the run due at {missed.isoformat()}", now.timestamp())
-
-
-# --- the gates ---------------------------------------------------------------------------------
-
-
-def budget(facts: Recorded, t: float, cfg: Config) -> triggers.Budget:
-    return triggers.budget(list(facts.runs), t, facts.reset_at, cfg.budget)
-
-
-def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
-    """Why a nightly restart is pointless now: the engine was (re)started minutes ago."""
-    least = cfg.schedule.min_uptime
-    uptime = active.uptime_s(datetime.fromtimestamp(t, UTC)) if active else None
-    if active is None or uptime is None or uptime >= least:
-        return None
-    return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
-
-
-Verdict = Literal["none", "dropped", "wait", "go"]
-
-
-def _admit(
-    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
-) -> tuple[Mind, list[Intent], Verdict]:
-    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
-
-    It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
-    ones keep the restart waiting, so a loop that forgot to read them again restarts nothing."""
-    pending = mind.pending
-    if pending is None:
-        return mind, [], "none"
-    if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
-        return mind, [], "wait"
-    intents: list[Intent] = []
-    hold = facts.hold
-    if hold is not None and hold.over(t):
-        intents += [ExpireHold(), Say("info", "hold_expired")]
-        hold = None
-    refuse = None
-    if hold is not None:
-        refuse = f"held until {local_time(hold.to_json()['until'])}: {hold.reason}"
-    elif facts.gave_up:
-        refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
-    elif facts.reboot_required:
-        refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
-    elif mind.operator_stopped:
-        refuse = f"{mind.operator_stopped} was stopped by hand"
-    dropped = replace(mind, pending=None)
-    if pending.reason == "schedule" and (why := fresh(active, t, cfg)):
-        return dropped, [*intents, Say("info", "schedule_skipped", {"why": why})], "dropped"
-    if refuse:
-        said = {"reason": pending.reason, "why": pending.why, "refused": refuse}
-        return dropped, [*intents, Say("warning", "trigger_refused", said)], "dropped"
-    verdict = budget(facts, t, cfg)
-    if verdict.allowed:
-        return mind, intents, "go"
-    if verdict.not_before is not None:
-        return mind, intents, "wait"  # backing off: keep it pending
-    why = f"restart budget spent: {verdict.why}; last trigger {pending.reason}: {pending.why}"
-    gave_up = GaveUp(pending.reason, why, datetime.fromtimestamp(t, UTC).isoformat())
-    subject = active.name if active else "llm"
-    intents += [
-        GiveUp(gave_up),
-        Say("error", "gave_up", {"reason": pending.reason, "why": why}),
-        Notify("gave_up", subject, why),
-    ]
-    return dropped, intents, "dropped"
-
-
-def wants_drain_sample(
-    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
-) -> bool:
-    """A planned restart past every other gate waits on the requests in flight: read them."""
-    pending = mind.pending
-    if pending is None or pending.reason not in PLANNED or active is None:
-        return False
-    return _admit(mind, facts, active, t, cfg)[2] == "go"
-
-
-def gate(
-    mind: Mind,
-    facts: Recorded,
-    active: ContainerState | None,
-    sample: Scrape | None,
-    t: float,
-    cfg: Config,
-) -> Decision:
-    """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
-    mind, intents, verdict = _admit(mind, facts, active, t, cfg)
-    if verdict != "go":
-        return mind, intents
-    pending = mind.pending
-    assert pending is not None
-    if pending.reason in PLANNED:
-        drain = pending.drain
-        if drain is None:
-            drain = triggers.DrainState(started=t)
-            intents.append(Say("info", "draining", {"reason": pending.reason}))
-        if sample is not None:
-            mind, more = on_scrape(mind, sample, t, cfg)
-            intents += more
-        if sample is None:  # no reading this pass (Docker did not answer): not known quiet
-            drain, go = triggers.drain_blind(drain, t, cfg.drain)
-        else:
-            stuck = mind.health.stuck_gauge is not None
-            drain, go = triggers.drain_observe(
-                drain, sample.engine, t, cfg.drain, stuck_gauge=stuck
-            )
-        mind = replace(mind, pending=replace(pending, drain=drain))
-        if go is None:
-            return mind, intents
-        intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
-    return replace(mind, pending=None), [*intents, Restart(pending.reason, pending.why)]
 
 
 # --- after a run -------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from sparkwarden import canary, logs, restart_policy, triggers
 from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.config import Config
-from sparkwarden.decide import Mind, budget
+from sparkwarden.decide import Mind
+from sparkwarden.gates import budget
 from sparkwarden.observe import Observation, Observer, Recorded
 from sparkwarden.restart_policy import PolicyView
 

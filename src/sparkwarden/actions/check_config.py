@@ -7,8 +7,9 @@ from pathlib import Path
 
 import tomli_w
 
-from sparkwarden.config import Config, effective, secret_report
+from sparkwarden.config import Config, effective
 from sparkwarden.errors import ConfigError
+from sparkwarden.secretfiles import secret_report
 
 
 def run(config: Config, path: Path) -> int:

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from sparkwarden import control, control_schema, sequence
-from sparkwarden.config import Config, require_secrets
+from sparkwarden.config import Config
 from sparkwarden.errors import SparkwardenError
 from sparkwarden.lock import RunLock
+from sparkwarden.secretfiles import require_secrets
 from sparkwarden.sequence import STEPS, Parts, StepEvent
 
 

@@ -1,0 +1,134 @@
+"""The gates a pending restart passes, in order: pure functions of what the daemon believes, the
+journal's facts and a clock.
+
+:mod:`sparkwarden.decide` turns a trigger into a :class:`~sparkwarden.decide.Pending` restart;
+:func:`gate` lets it through past the hold, a "gave up", a container stopped by hand, the
+freshness of the engine, the budget and its backoff, and (for a planned reason) a drain of the
+requests in flight. No I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from sparkwarden import triggers
+from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState
+from sparkwarden.decide import Decision, Mind, on_scrape
+from sparkwarden.facts import GaveUp
+from sparkwarden.intents import ExpireHold, GiveUp, Intent, Notify, Restart, Say
+from sparkwarden.observe import Recorded, Scrape
+from sparkwarden.status import local_time
+from sparkwarden.triggers import PLANNED
+
+
+def budget(facts: Recorded, t: float, cfg: Config) -> triggers.Budget:
+    return triggers.budget(list(facts.runs), t, facts.reset_at, cfg.budget)
+
+
+def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
+    """Why a nightly restart is pointless now: the engine was (re)started minutes ago."""
+    least = cfg.schedule.min_uptime
+    uptime = active.uptime_s(datetime.fromtimestamp(t, UTC)) if active else None
+    if active is None or uptime is None or uptime >= least:
+        return None
+    return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
+
+
+Verdict = Literal["none", "dropped", "wait", "go"]
+
+
+def _admit(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
+) -> tuple[Mind, list[Intent], Verdict]:
+    """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
+
+    It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
+    ones keep the restart waiting, so a loop that forgot to read them again restarts nothing."""
+    pending = mind.pending
+    if pending is None:
+        return mind, [], "none"
+    if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
+        return mind, [], "wait"
+    intents: list[Intent] = []
+    hold = facts.hold
+    if hold is not None and hold.over(t):
+        intents += [ExpireHold(), Say("info", "hold_expired")]
+        hold = None
+    refuse = None
+    if hold is not None:
+        refuse = f"held until {local_time(hold.to_json()['until'])}: {hold.reason}"
+    elif facts.gave_up:
+        refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
+    elif facts.reboot_required:
+        refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
+    elif mind.operator_stopped:
+        refuse = f"{mind.operator_stopped} was stopped by hand"
+    dropped = replace(mind, pending=None)
+    if pending.reason == "schedule" and (why := fresh(active, t, cfg)):
+        return dropped, [*intents, Say("info", "schedule_skipped", {"why": why})], "dropped"
+    if refuse:
+        said = {"reason": pending.reason, "why": pending.why, "refused": refuse}
+        return dropped, [*intents, Say("warning", "trigger_refused", said)], "dropped"
+    verdict = budget(facts, t, cfg)
+    if verdict.allowed:
+        return mind, intents, "go"
+    if verdict.not_before is not None:
+        return mind, intents, "wait"  # backing off: keep it pending
+    why = f"restart budget spent: {verdict.why}; last trigger {pending.reason}: {pending.why}"
+    gave_up = GaveUp(pending.reason, why, datetime.fromtimestamp(t, UTC).isoformat())
+    subject = active.name if active else "llm"
+    intents += [
+        GiveUp(gave_up),
+        Say("error", "gave_up", {"reason": pending.reason, "why": why}),
+        Notify("gave_up", subject, why),
+    ]
+    return dropped, intents, "dropped"
+
+
+def wants_drain_sample(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
+) -> bool:
+    """A planned restart past every other gate waits on the requests in flight: read them."""
+    pending = mind.pending
+    if pending is None or pending.reason not in PLANNED or active is None:
+        return False
+    return _admit(mind, facts, active, t, cfg)[2] == "go"
+
+
+def gate(
+    mind: Mind,
+    facts: Recorded,
+    active: ContainerState | None,
+    sample: Scrape | None,
+    t: float,
+    cfg: Config,
+) -> Decision:
+    """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
+    mind, intents, verdict = _admit(mind, facts, active, t, cfg)
+    if verdict != "go":
+        return mind, intents
+    pending = mind.pending
+    assert pending is not None
+    if pending.reason in PLANNED:
+        drain = pending.drain
+        if drain is None:
+            drain = triggers.DrainState(started=t)
+            intents.append(Say("info", "draining", {"reason": pending.reason}))
+        if sample is not None:
+            mind, more = on_scrape(mind, sample, t, cfg)
+            intents += more
+        if sample is None:  # no reading this pass (Docker did not answer): not known quiet
+            drain, go = triggers.drain_blind(drain, t, cfg.drain)
+        else:
+            stuck = mind.health.stuck_gauge is not None
+            drain, go = triggers.drain_observe(
+                drain, sample.engine, t, cfg.drain, stuck_gauge=stuck
+            )
+        mind = replace(mind, pending=replace(pending, drain=drain))
+        if go is None:
+            return mind, intents
+        intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
+    return replace(mind, pending=None), [*intents, Restart(pending.reason, pending.why)]

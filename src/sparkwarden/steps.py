@@ -1,0 +1,427 @@
+"""The bodies of the restart steps :mod:`sparkwarden.sequence` calls in order.
+
+sequence.py keeps the order, the journal and the observer; each step here acts on Docker, the
+host or the engine and returns a :class:`Done` saying what it did (or raises ``StepFailed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkwarden import doctor, logs, metrics, vllmflags
+from sparkwarden.actions.doctor import vllm_config_file
+from sparkwarden.config import Config
+from sparkwarden.containers import ContainerState, choose_active
+from sparkwarden.errors import NoSuchContainer, StepFailed
+
+if TYPE_CHECKING:  # annotations only: sequence.py imports this module, not the reverse
+    from sparkwarden.sequence import Observer, Parts, Resume
+
+#: Exit code of a process ended by SIGKILL: ``docker stop`` ran out of patience.
+_SIGKILL_EXIT = 137
+#: One gateway attempt: long enough for a loaded gateway, short enough to retry a stuck one.
+_GATEWAY_TRY = 30.0
+
+log = logs.get("sparkwarden.sequence")
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a step did: the line history shows, and the figures the journal keeps."""
+
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+
+
+class RunState:
+    """The state of one run the steps share: what it chose, paused and found, and its leases."""
+
+    def __init__(self, config: Config, parts: Parts, run_id: int, observer: Observer) -> None:
+        self.config = config
+        self.parts = parts
+        self.id = run_id
+        self.observer = observer
+        self.container: ContainerState | None = None
+        self.paused: list[str] = []
+        self.taken: set[str] = set()
+        self.repairing = False
+        self.llm_was_up = False
+        #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
+        self.stop_sent = False
+        #: Steps whose action has run (resume_voice must run once, recorded or not).
+        self.acted: set[str] = set()
+
+    def progress(self, name: str, summary: str) -> None:
+        """Tell the observer a long step is still going (the run in sequence.py says how)."""
+        raise NotImplementedError
+
+    def _lease(self, name: str) -> float:
+        """How long step ``name`` may go without a heartbeat and still be healthy."""
+        cfg, call = self.config, self.config.docker.timeout
+        longest = {
+            "pause_voice": call * (1 + len(cfg.voice.containers)) + cfg.voice.stop_timeout,
+            "stop_llm": cfg.llm.stop_timeout + 2 * call,
+            "drop_caches": cfg.memory.drop_interval + call,
+            "start_llm": 2 * call,
+            "wait_health": cfg.llm.poll_interval + 10.0 + call,
+            "chat_probe": cfg.llm.probe_timeout + call,
+            "gateway_probe": cfg.llm.poll_interval + _GATEWAY_TRY + call,
+            "resume_voice": call * (1 + len(cfg.voice.containers)) + cfg.voice.stop_timeout,
+        }
+        return longest.get(name, call) + 30.0
+
+
+class VoiceSteps(RunState):
+    """Quiet the speech containers before the LLM stops, and bring back exactly those after."""
+
+    def pause_voice(self, resume: Resume | None) -> Done:
+        docker, voice = self.parts.docker, self.config.voice
+        if resume:
+            self.paused = list(resume.voice_paused)
+            self.parts.journal.remember(self.id, voice_paused=self.paused, voice_mode=voice.mode)
+            return Done(
+                f"adopted from the interrupted run: {name_list(self.paused)}",
+                {"adopted": self.paused},
+                skipped=True,
+            )
+        to_quiet, left_alone = voice_to_quiet(
+            {name: docker.inspect(name).status for name in voice.containers}
+        )
+        # Written before acting: a crash between here and resume_voice leaves the list to repair.
+        self.parts.journal.remember(self.id, voice_paused=to_quiet, voice_mode=voice.mode)
+        for name in to_quiet:
+            if voice.mode == "pause":
+                docker.pause(name)
+            else:
+                docker.stop(name, voice.stop_timeout)
+            self.paused.append(name)
+        verb = "paused" if voice.mode == "pause" else "stopped"
+        summary = f"{verb} {name_list(self.paused)}"
+        if left_alone:
+            summary += "; left as they were: " + ", ".join(
+                f"{n} ({s})" for n, s in left_alone.items()
+            )
+        return Done(summary, {verb: self.paused, "left_alone": left_alone})
+
+    def resume_voice(self) -> Done:
+        docker, voice = self.parts.docker, self.config.voice
+        resumed: list[str] = []
+        already: dict[str, str] = {}
+        failures: list[str] = []
+        for name in self.paused:
+            try:
+                status = docker.inspect(name).status
+                if status == "paused":
+                    docker.unpause(name)
+                    resumed.append(name)
+                elif status in ("exited", "created") and voice.mode == "stop":
+                    docker.start(name)
+                    resumed.append(name)
+                else:
+                    already[name] = status
+            except NoSuchContainer:
+                already[name] = "gone"  # removed while paused: nothing left to resume
+            except Exception as exc:  # one that cannot be resumed must not keep the next paused
+                failures.append(f"{name}: {exc}")
+        detail = {"resumed": resumed, "already": already}
+        if failures:
+            raise StepFailed("resume_voice", "could not resume " + "; ".join(failures), detail)
+        summary = f"resumed {name_list(resumed)}"
+        if already:
+            summary += "; already " + ", ".join(f"{n} {s}" for n, s in already.items())
+        return Done(summary, detail, skipped=not self.paused)
+
+
+class LlmSteps(RunState):
+    """Choose the LLM container, stop it, wait for its memory to come back, start it again."""
+
+    def detect(self, resume: Resume | None) -> tuple[ContainerState, Done]:
+        docker, journal = self.parts.docker, self.parts.journal
+        states = [docker.inspect(name) for name in self.config.llm.containers]
+        for name in self.config.voice.containers:
+            docker.inspect(name)  # a missing voice container fails here, before anything moved
+        if resume and resume.container:
+            # The interrupted run's container, unless another candidate is up now (an operator
+            # started it meanwhile): repairing it must not start a second LLM beside that one.
+            mine = [s for s in states if s.name == resume.container]
+            if not mine:
+                raise StepFailed(
+                    "detect",
+                    f"the interrupted run's container {resume.container} is no longer in "
+                    "llm.containers; not repairing it",
+                )
+            up = any(s.up for s in states)
+            active = choose_active(states, resume.container) if up else mine[0]
+            self.stop_sent = resume.llm_stopped and active.name == resume.container
+        else:
+            active = choose_active(states, journal.last_container())
+        self.container = active
+        journal.set_container(self.id, active.name, active.id)
+        candidates = {s.name: s.status for s in states}
+        return active, Done(
+            f"{active.name} ({active.status}, id {active.id[:12]})",
+            {
+                "container": active.name,
+                "id": active.id,
+                "status": active.status,
+                "candidates": candidates,
+            },
+        )
+
+    def stop_llm(self, active: ContainerState) -> Done:
+        docker, timeout = self.parts.docker, self.config.llm.stop_timeout
+        current = docker.inspect(active.name)
+        if current.up and self.repairing and not self.stop_sent:
+            self.llm_was_up = True
+            return Done(
+                f"repair: {active.name} is {current.status}; verified, not stopped",
+                {"status": current.status},
+                skipped=True,
+            )
+        if not current.up:
+            return Done(
+                f"was not running ({current.status}, exit code {current.exit_code})",
+                {
+                    "status": current.status,
+                    "exit_code": current.exit_code,
+                    "oom_killed": current.oom_killed,
+                },
+                skipped=True,
+            )
+        grace = engine_grace(docker.attrs(active.name))
+        timeout = stop_timeout(timeout, grace)
+        running = in_flight(self.parts.vllm.metrics())
+        self.parts.journal.remember(self.id, llm_stopped=True)
+        self.parts.heartbeat(self._lease("stop_llm") + (grace or 0.0))
+        began = self.parts.monotonic()
+        docker.stop(active.name, timeout)
+        seconds = self.parts.monotonic() - began
+        after = docker.inspect(active.name)
+        if after.up:
+            raise StepFailed("stop_llm", f"{active.name} is still {after.status} after docker stop")
+        killed = after.exit_code == _SIGKILL_EXIT
+        how = f"killed after the {timeout:g}s stop timeout" if killed else "exited by itself"
+        summary = f"{how} in {seconds:.1f}s (exit code {after.exit_code})"
+        if running:
+            summary += "; " + in_flight_note(running, grace)
+        return Done(
+            summary,
+            {
+                "exit_code": after.exit_code,
+                "killed": killed,
+                "seconds": round(seconds, 3),
+                "running_at_stop": running,
+                "shutdown_timeout": grace,
+                "stop_timeout": timeout,
+            },
+        )
+
+    def drop_caches(self) -> Done:
+        if self.repairing and self.llm_was_up:
+            return Done("repair: the LLM is up, nothing to start", skipped=True)
+        host, mem = self.parts.host, self.config.memory
+        gate = mem.start_min_available_gib
+        before = host.memory()
+        deadline = self.parts.monotonic() + mem.start_wait
+        drops = 0
+        while True:
+            host.drop_caches()
+            drops += 1
+            now = host.memory()
+            figures = {
+                "available_before_gib": round(before.available_gib, 2),
+                "available_after_gib": round(now.available_gib, 2),
+                "total_gib": round(now.total_gib, 2),
+                "gate_gib": gate,
+                "drops": drops,
+            }
+            if now.available_gib >= gate:
+                return Done(
+                    f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
+                    f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})",
+                    figures,
+                )
+            if self.parts.monotonic() + mem.drop_interval > deadline:
+                raise StepFailed(
+                    "drop_caches",
+                    f"memory did not come back: {now.available_gib:.1f} GiB available after "
+                    f"{mem.start_wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
+                    "into ghost memory",
+                    figures,
+                )
+            log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
+            self.parts.heartbeat(self._lease("drop_caches"))
+            self.parts.sleep(mem.drop_interval)
+
+    def start_llm(self, active: ContainerState) -> Done:
+        docker = self.parts.docker
+        if self.repairing and self.llm_was_up:
+            return Done("repair: the LLM is up, nothing to start", skipped=True)
+        self.parts.journal.remember(self.id, llm_started=True)
+        docker.start(active.name)
+        after = docker.inspect(active.name)
+        if after.id != active.id:
+            raise StepFailed(
+                "start_llm",
+                f"{active.name} now has id {after.id[:12]}, "
+                f"not {active.id[:12]}: it was recreated behind sparkwarden's back",
+            )
+        return Done(
+            f"started {active.name} (same id {after.id[:12]})",
+            {
+                "id": after.id,
+                "status": after.status,
+                "started_at": after.started_at.isoformat() if after.started_at else None,
+            },
+        )
+
+
+class Probes(RunState):
+    """Prove the started engine answers: /health, one real chat, then through the gateway."""
+
+    def wait_health(self, active: ContainerState) -> Done:
+        llm, parts = self.config.llm, self.parts
+        began = parts.monotonic()
+        deadline = began + llm.health_timeout
+        polls, next_note = 0, began + 15.0
+        while True:
+            polls += 1
+            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
+            elapsed = parts.monotonic() - began
+            if health.status == "up":
+                return Done(
+                    f"healthy after {elapsed:.1f}s ({polls} polls)",
+                    {"seconds": round(elapsed, 3), "polls": polls},
+                )
+            state = parts.docker.inspect(active.name)
+            if not state.up:
+                raise StepFailed(
+                    "wait_health",
+                    f"{active.name} exited with code {state.exit_code} while loading"
+                    + (" (OOM-killed)" if state.oom_killed else ""),
+                    {
+                        "seconds": round(elapsed, 3),
+                        "exit_code": state.exit_code,
+                        "oom_killed": state.oom_killed,
+                    },
+                )
+            if parts.should_abort():
+                raise StepFailed(
+                    "wait_health",
+                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s "
+                    f"({active.name} is started and keeps loading)",
+                    {"seconds": round(elapsed, 3), "aborted": True},
+                )
+            if parts.monotonic() + llm.poll_interval > deadline:
+                raise StepFailed(
+                    "wait_health",
+                    f"not healthy within {llm.health_timeout:g}s; last answer: {health.detail}",
+                    {"seconds": round(elapsed, 3), "polls": polls, "last": health.detail},
+                )
+            if parts.monotonic() >= next_note:
+                log.info("still_loading", seconds=round(elapsed), last=health.detail)
+                self.progress("wait_health", f"{elapsed:.0f}s: {health.detail}")
+                next_note += 15.0
+            parts.heartbeat(self._lease("wait_health"))
+            parts.sleep(llm.poll_interval)
+
+    def chat_probe(self) -> Done:
+        llm, parts = self.config.llm, self.parts
+        model = llm.model or parts.vllm.served_model()
+        if not model:
+            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+        began = parts.monotonic()
+        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
+        seconds = round(parts.monotonic() - began, 3)
+        if not outcome.ok:
+            raise StepFailed(
+                "chat_probe",
+                f"/health said 200 but the chat request failed: {outcome.detail}",
+                {"model": model, "seconds": seconds},
+            )
+        return Done(
+            f"{model} {outcome.detail} in {seconds:.1f}s",
+            {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
+        )
+
+    def gateway_probe(self) -> Done:
+        """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
+        gateway, client, parts = self.config.gateway, self.parts.gateway, self.parts
+        if gateway is None or client is None:
+            return Done("no [gateway] configured", skipped=True)
+        began = parts.monotonic()
+        deadline = began + gateway.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            left = max(deadline - parts.monotonic(), 1.0)
+            outcome = client.chat(gateway.model, timeout=min(left, _GATEWAY_TRY))
+            lag = round(parts.monotonic() - began, 3)
+            figures = {"url": gateway.url, "model": gateway.model, "attempts": attempts}
+            if outcome.ok:
+                return Done(
+                    f"{gateway.url} {outcome.detail}; the users' path lagged the engine by "
+                    f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
+                    {**figures, "lag_s": lag, "answer": outcome.content[:80]},
+                )
+            if parts.should_abort() or parts.monotonic() + self.config.llm.poll_interval > deadline:
+                raise StepFailed(
+                    "gateway_probe",
+                    f"the gateway {gateway.url} did not answer a chat request for "
+                    f"{gateway.model!r} within {gateway.timeout:g}s, though the engine itself "
+                    f"answered; last: {outcome.detail}",
+                    {**figures, "seconds": lag, "last": outcome.detail},
+                )
+            parts.heartbeat(self._lease("gateway_probe"))
+            parts.sleep(self.config.llm.poll_interval)
+
+
+def engine_grace(attrs: dict[str, Any]) -> float | None:
+    """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
+    ``--config`` file through the container's mounts); None when not set."""
+    argv = doctor.command_line(attrs)
+    return doctor.shutdown_timeout(vllmflags.read(argv, vllm_config_file(attrs, argv)[0]))
+
+
+def stop_timeout(configured: float, shutdown_grace: float | None) -> float:
+    """``docker stop``'s timeout: above vLLM's ``--shutdown-timeout`` (running requests finish)
+    by doctor's teardown margin, and never under the configured one."""
+    if not shutdown_grace:
+        return configured
+    return max(configured, shutdown_grace + doctor.SHUTDOWN_MARGIN)
+
+
+def in_flight(metrics_text: str | None) -> int | None:
+    """Requests running at the stop, from ``/metrics``; None when it cannot be read."""
+    if metrics_text is None:
+        return None
+    try:
+        running = metrics.parse(metrics_text).running
+    except metrics.MetricsError:
+        return None
+    return None if running is None else int(running)
+
+
+def in_flight_note(running: int, shutdown_grace: float | None) -> str:
+    """What happened to the requests a planned stop found running (the drain's deadline passed)."""
+    if shutdown_grace:
+        return f"{running} request(s) running, given up to {shutdown_grace:g}s to finish"
+    return (
+        f"{running} request(s) running and cut: the engine has no --shutdown-timeout "
+        "(vLLM aborts running requests at SIGTERM without one)"
+    )
+
+
+def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The voice containers to quiet (the running ones) and those left as they were, by status.
+
+    The one rule for the sequence, its dry-run plan and the memory floor's ``pause_voice``.
+    """
+    to_quiet = [name for name, status in states.items() if status == "running"]
+    return to_quiet, {name: status for name, status in states.items() if status != "running"}
+
+
+def name_list(names: list[str]) -> str:
+    return ", ".join(names) if names else "none"

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devtools.standin.stage import Stage, write_config  # noqa: E402
 from tests.daemonkit import DaemonProcess  # noqa: E402
-from tests.standin.stage import Stage, write_config  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -19,9 +19,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one, spread
+from devtools.standin.stage import wait_healthy
 from tests.commands import history
 from tests.daemonkit import wait_for
-from tests.standin.stage import wait_healthy
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

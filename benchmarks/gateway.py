@@ -27,11 +27,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one
+from devtools.standin.stage import free_port, wait_healthy
 from sparkwarden.adapters.vllm import VllmClient
 from tests.commands import history
 from tests.daemonkit import wait_for
 from tests.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
-from tests.standin.stage import free_port, wait_healthy
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
 

@@ -19,7 +19,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one
-from tests.standin.stage import wait_healthy
+from devtools.standin.stage import wait_healthy
 
 RSS_MIB = 40.0
 CPU_PERCENT = 0.2

@@ -20,7 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import ROOT, Bench, Line, main_one, spread
-from tests.standin.stage import wait_healthy
+from devtools.standin.stage import wait_healthy
 
 POLL_S = 0.2
 BOOT_DELAY_S = 5

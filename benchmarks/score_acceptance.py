@@ -5,7 +5,7 @@ of depth and per decay model, with the drafting canary confirming (the default) 
         [--laws geometric,deeper-easier] [--decays whole,per-token,hot] [--no-kv-signal]
 
 Generates (seeded) ``--days`` healthy 24 h traces per law and as many decaying ones per law and
-decay model (tests/traces.py: mixes and loads change by the hour, long-context phases, idle
+decay model (devtools/traces.py: mixes and loads change by the hour, long-context phases, idle
 moments at a rate set by the load), then runs each, scrape by scrape every 30 s as the daemon
 does, through the daemon's own decisions (``canary.on_scrape`` / ``on_canary``); when a canary
 is due it is taken from the day's model at that moment (``traces.canary_round``). It prints,
@@ -31,10 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devtools.traces import DECAYS, LAWS, REQUEST_S, canary_round, lines, random_day  # noqa: E402
 from sparkwarden import canary, metrics  # noqa: E402
 from sparkwarden.acceptance import AcceptanceState  # noqa: E402
 from sparkwarden.config import AcceptanceConfig, load  # noqa: E402
-from tests.traces import DECAYS, LAWS, REQUEST_S, canary_round, lines, random_day  # noqa: E402
 
 #: the daemon scrapes /metrics this often (min(health.interval, 30 s))
 SCRAPE_S = 30.0

@@ -20,7 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import ROOT, Bench, Line, main_one, median_at_most, spread
-from tests.standin.stage import wait_healthy
+from devtools.standin.stage import wait_healthy
 
 TARGET_MS = 120.0
 

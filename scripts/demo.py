@@ -18,7 +18,7 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.standin.stage import Stage, wait_healthy, write_config  # noqa: E402
+from devtools.standin.stage import Stage, wait_healthy, write_config  # noqa: E402
 
 SPARKWARDEN = [sys.executable, "-m", "sparkwarden"]
 

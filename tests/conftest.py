@@ -10,7 +10,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.standin.stage import Stage, ensure_image, write_config
+from devtools.standin.stage import Stage, ensure_image, write_config
 
 
 @pytest.fixture(scope="session")

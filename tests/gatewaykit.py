@@ -21,7 +21,7 @@ from typing import Literal
 
 import httpx
 
-from tests.standin.stage import free_port
+from devtools.standin.stage import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NGINX_EXAMPLE = ROOT / "packaging" / "nginx" / "sparkwarden-upstream.conf"

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.standin.stage import Stage
+from devtools.standin.stage import Stage
 
 
 def answers_chat(port: int) -> bool:

@@ -18,12 +18,12 @@ import httpx
 import pytest
 import yaml
 
+from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.config import parse_duration
 from sparkwarden.exporter import last_finished_ok
 from sparkwarden.journal import Journal
 from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, end, wait_for
-from tests.standin.stage import Stage, free_port, wait_healthy
 
 PROMETHEUS = ROOT / "packaging" / "prometheus"
 ALERTS = PROMETHEUS / "alerts.yml"

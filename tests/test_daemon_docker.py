@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy
 from sparkwarden import control
 from sparkwarden.canary import WORKLOAD_NOT_DRAFTER
 from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
 from tests.soundness import assert_sound, no_overlap
-from tests.standin.stage import Stage, wait_healthy
 
 pytestmark = pytest.mark.docker
 

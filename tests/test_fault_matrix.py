@@ -24,6 +24,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.standin.stage import Stage, ensure_image, wait_healthy
 from sparkwarden import cli
 from sparkwarden.adapters.vllm import VllmClient
 from sparkwarden.sequence import STEPS
@@ -31,7 +32,6 @@ from tests.commands import history, run_cli, running_step, socket_of, start_cli
 from tests.daemonkit import DaemonProcess, Daemons, wait_for
 from tests.privatedocker import PrivateDocker
 from tests.soundness import answers_chat, assert_sound
-from tests.standin.stage import Stage, ensure_image, wait_healthy
 
 pytestmark = pytest.mark.docker
 
@@ -67,7 +67,7 @@ def private_sound(
     stage.client = engine.client()
     code = (
         "import json, sys, docker; from pathlib import Path\n"
-        "from tests.soundness import assert_sound; from tests.standin.stage import Stage\n"
+        "from tests.soundness import assert_sound; from devtools.standin.stage import Stage\n"
         f"runs = json.loads(Path({str(config)!r} + '.history').read_text())\n"
         f"assert_sound(Stage(docker.from_env()), runs, llm={llm!r}, port={port}, "
         f"voice={voice!r}); print('sound')\n"
@@ -92,13 +92,13 @@ def test_dockerd_restarted_mid_sequence(
     step: str,
     standin: list[str],
 ) -> None:
-    from tests.standin.stage import free_port
+    from devtools.standin.stage import free_port
 
     port = free_port()
     llm, _ = private_stage.llm("llm", *standin, port=port, network_mode="host")
     stt = private_stage.voice("stt")
     config = make_config([llm], port, [stt], docker={"timeout": "10s", "retry_for": "40s"})
-    private_docker.python(f"from tests.standin.stage import wait_healthy; wait_healthy({port})")
+    private_docker.python(f"from devtools.standin.stage import wait_healthy; wait_healthy({port})")
     restart = private_docker.run(
         sys.executable, "-m", "sparkwarden", "--config", str(config), "restart", background=True
     )
@@ -123,7 +123,7 @@ def test_events_stream_reconnects_after_dockerd_restarts(
     tmp_path: Path,
     make_daemon_config: Any,
 ) -> None:
-    from tests.standin.stage import free_port
+    from devtools.standin.stage import free_port
 
     port = free_port()
     llm, _ = private_stage.llm("llm", port=port, network_mode="host")
@@ -135,7 +135,7 @@ def test_events_stream_reconnects_after_dockerd_restarts(
         health={"canary_interval": "0s"},
         docker={"timeout": "10s", "retry_for": "40s"},
     )
-    private_docker.python(f"from tests.standin.stage import wait_healthy; wait_healthy({port})")
+    private_docker.python(f"from devtools.standin.stage import wait_healthy; wait_healthy({port})")
     daemon = private_docker.run(
         sys.executable, "-m", "sparkwarden", "--config", str(config), "run", background=True
     )
@@ -638,7 +638,7 @@ def test_voice_container_removed_while_down_the_others_are_still_resumed(
 def test_repair_never_starts_a_second_llm_beside_one_the_operator_started(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
-    from tests.standin.stage import free_port
+    from devtools.standin.stage import free_port
 
     port = free_port()
     llm_a, _ = stage.llm("a", "--boot-delay", "2", port=port, network_mode="host")

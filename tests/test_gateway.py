@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.sequence import STEPS
 from tests.commands import history, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.gatewaykit import ALIAS, MASTER_KEY, Nginx, StreamingLoad, stream_once, users_path
-from tests.standin.stage import Stage, free_port, wait_healthy
 from tests.test_operator_tools import Receiver
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"

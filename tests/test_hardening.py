@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy
 from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
-from tests.standin.stage import Stage, wait_healthy
 
 SOURCE = ROOT / "src" / "sparkwarden"
 

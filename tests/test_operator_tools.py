@@ -17,12 +17,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.config import NotifyTarget
 from sparkwarden.notify import Event, Webhooks, payload
 from sparkwarden.sequence import STEPS
 from tests.commands import ROOT, run_cli
 from tests.daemonkit import DaemonProcess, wait_for
-from tests.standin.stage import Stage, free_port, wait_healthy
 
 ALERTS = ROOT / "packaging" / "prometheus" / "alerts.yml"
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy
+from devtools.traces import Scenario, day, write
 from sparkwarden import acceptance
 from sparkwarden.actions.replay import samples
 from sparkwarden.config import AcceptanceConfig
 from tests.commands import run_cli
-from tests.standin.stage import Stage, wait_healthy
-from tests.traces import Scenario, day, write
 
 DAY_START = Scenario(seed=0).start
 

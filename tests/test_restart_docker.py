@@ -12,13 +12,13 @@ import docker
 import psutil
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy
 from sparkwarden import config as cfg
 from sparkwarden import sequence
 from sparkwarden.lock import RunLock
 from sparkwarden.sequence import STEPS, Parts, StepEvent
 from tests.commands import history, run_cli, start_cli
 from tests.soundness import assert_sound
-from tests.standin.stage import Stage, wait_healthy
 
 pytestmark = pytest.mark.docker
 

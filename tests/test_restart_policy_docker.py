@@ -14,10 +14,10 @@ from typing import Any
 import docker
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy
 from tests.commands import run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound
-from tests.standin.stage import Stage, wait_healthy
 from tests.test_daemon_docker import start_daemon  # noqa: F401
 from tests.test_operator_tools import Receiver, receiver  # noqa: F401
 

@@ -27,10 +27,10 @@ import docker.errors
 import pytest
 import tomli_w
 
+from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.actions.install import README_INSTALL
 from tests.commands import ROOT
 from tests.daemonkit import wait_for
-from tests.standin.stage import Stage, free_port, wait_healthy
 from tests.test_control import FLOOD
 from tests.test_operator_tools import Receiver
 

@@ -96,9 +96,9 @@ class Engine:
         a = self.args
         elapsed = time.monotonic() - self._started
         if a.decay_to is None or elapsed < a.decay_after:
-            return a.acceptance
+            return float(a.acceptance)
         frac = min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
-        return a.acceptance + (a.decay_to - a.acceptance) * frac
+        return float(a.acceptance + (a.decay_to - a.acceptance) * frac)
 
     def advance(self) -> None:
         with self.lock:
@@ -221,7 +221,7 @@ class Traffic:
         if a.decay_once and not os.path.exists(a.decay_once):
             with open(a.decay_once, "w") as marker:
                 marker.write("decayed once\n")
-        return float(a.decay_depth) * min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9))
+        return float(a.decay_depth * min(1.0, (elapsed - a.decay_after) / max(a.decay_over, 1e-9)))
 
     def odds(
         self, klass: str, elapsed: float, long_ctx: bool, single: bool = False

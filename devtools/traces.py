@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from devtools.standin.vllm_standin import Counters, conditional, exposition, prompt_class
 from sparkwarden.canary import Reading, Round
-from tests.standin.vllm_standin import Counters, conditional, exposition, prompt_class
 
 K = 5
 #: tokens the KV cache holds (vllm:kv_cache_usage_perc = tokens held / this)

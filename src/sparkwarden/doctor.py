@@ -18,8 +18,6 @@ ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
 #: Above this, the OS (in the same unified memory) starves: SSH hangs, the box may lock up.
 MAX_GPU_UTIL = 0.80
-#: Speculative decoding methods whose drafter allocates per-sequence scratch outside the pool.
-DRAFTERS = ("dflash", "mtp", "eagle", "eagle3", "medusa", "ngram", "deepseek_mtp")
 RISKY_SEQS = 8
 #: After ``--shutdown-timeout``, vLLM still tears its engine down (it kills it after ~5 s).
 SHUTDOWN_MARGIN = 30.0

@@ -18,6 +18,21 @@ Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM
 requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
 0.33's ``--shutdown-timeout``: new requests get 503 at once; 0 (its default) aborts the running
 ones mid-stream, more lets them finish for up to that long; then the teardown (``--stop-delay``).
+
+With ``--traffic`` each chat is drafted step by step at ``--steps-per-s``, and three options
+make concurrent requests behave like a loaded engine:
+
+- ``--per-request-spec-decode-metrics {none,summary,detailed}`` (vLLM 0.33; not in 0.12 or
+  0.10): the request's own spec-decode stats in ``metrics.speculative_decoding`` of the answer,
+  or of the final usage chunk of a stream that asks ``stream_options.include_usage``; null for
+  ``n > 1``. The same steps the /metrics counters count.
+- ``--trim-above N --trim-to M``: while more than N requests run, each verify step drafts M
+  tokens, as vLLM's scheduler cuts spec tokens to its token budget (``max_num_batched_tokens``)
+  and to ``max_model_len``.
+- ``--contention none|serial|batched:SLOPE``: ``none`` each request at its own pace whatever
+  else runs; ``serial`` one request generates at a time, first come first served, the rest
+  show in ``num_requests_waiting``; ``batched:SLOPE`` every decode step takes (1 + SLOPE (n-1))
+  times as long with n requests running (continuous batching).
 """
 
 from __future__ import annotations
@@ -32,7 +47,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -79,17 +94,85 @@ class Engine:
         self._last = time.monotonic()
         self._started = time.monotonic()
         self.traffic = Traffic(args) if args.traffic else None
+        self.contention = Contention(args.contention)
+        self.cond = threading.Condition(self.lock)
+        self.queue: list[object] = []  # requests arrived and not finished, first come first
+        self.work = 0.0  # the work clock: steps' worth of time each running request has had
+        self._work_at = time.monotonic()
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
-        """A request being generated: the request gauge shows it, a graceful SIGTERM waits on it."""
-        with self.lock:
+        """A request being generated: the request gauge shows it, a graceful SIGTERM waits on it.
+        Under ``--contention serial`` it first waits its turn (shown as waiting)."""
+        ticket = object()
+        with self.cond:
+            self.queue.append(ticket)
+            while self.queue.index(ticket) >= self.contention.limit and not self.aborting:
+                self.cond.wait(0.1)
+            self._settle()
             self.extra_running += 1
         try:
             yield
         finally:
-            with self.lock:
+            with self.cond:
+                self._settle()
                 self.extra_running -= 1
+                self.queue.remove(ticket)
+                self.cond.notify_all()
+
+    def load(self) -> float:
+        """Requests running, as ``num_requests_running`` shows them (the caller holds the lock)."""
+        return float(self.running + self.extra_running)
+
+    def _settle(self) -> float:
+        """Move the work clock to now at the pace the load allowed since (lock held): every
+        running request has been slowed alike, so one clock serves them all."""
+        now = time.monotonic()
+        self.work += (now - self._work_at) / self.contention.slowdown(self.load())
+        self._work_at = now
+        return self.work
+
+    def draft_length(self) -> int:
+        """Tokens one verify step drafts now: K, or ``--trim-to`` while more than
+        ``--trim-above`` requests run (lock held)."""
+        a = self.args
+        return int(a.trim_to) if trimming(a, self.load()) else int(a.k)
+
+    def count_step(self, drafted: int, accepted: int) -> None:
+        """One verify step of a request into the counters, as vLLM's ``observe_draft``."""
+        with self.lock:
+            if drafted:
+                self.drafts += 1
+                self.draft_tokens += drafted
+                self.accepted += accepted
+                for pos in range(accepted):
+                    self.per_pos[pos] += 1
+            self.generation += 1 + accepted
+
+    def play(self, request: Request, emit: Callable[[int], None] | None = None) -> bool:
+        """Generate ``request`` step by step at ``--steps-per-s`` slowed by the contention law,
+        each step counted as it completes; ``emit(tokens)`` after each. False if aborted."""
+        pace = float(self.args.steps_per_s)
+        with self.generating():
+            with self.lock:
+                begun = self._settle()
+            done = 0
+            while not request.done:
+                if self.aborting:
+                    return False
+                with self.lock:
+                    had = (self._settle() - begun) * pace
+                    drafted = self.draft_length()
+                    slow = self.contention.slowdown(self.load())
+                if had >= done + 1:
+                    accepted = request.step(drafted)
+                    self.count_step(drafted, accepted)
+                    done += 1
+                    if emit is not None:
+                        emit(1 + accepted)
+                    continue
+                time.sleep(max(0.001, min(TICK, (done + 1 - had) / pace * slow)))
+        return True
 
     def acceptance(self) -> float:
         """Acceptance now: flat, then a linear fall from ``decay_after`` over ``decay_over``."""
@@ -128,6 +211,7 @@ class Engine:
     def exposition(self) -> str:
         self.advance()
         with self.lock:
+            queued = len(self.queue) - self.extra_running
             return exposition(
                 Counters(
                     self.drafts,
@@ -136,7 +220,7 @@ class Engine:
                     tuple(self.per_pos),
                     self.generation,
                     self.running + self.extra_running,
-                    self.args.waiting,
+                    self.args.waiting + queued,
                     self.created_at,
                     prompt=self.prompt,
                 ),
@@ -248,44 +332,169 @@ class Traffic:
             return
         spoil, cond = self.odds(klass, elapsed, long_ctx)
         drafts = self.args.drafts_per_s * dt
+        drafted = engine.draft_length()  # trimmed while more than --trim-above run
         reached = 1.0 - spoil
         accepted = 0.0
-        for pos, c in enumerate(cond):
+        for pos, c in enumerate(cond[:drafted]):
             reached *= c
             engine.per_pos[pos] += drafts * reached
             accepted += drafts * reached
-        engine.drafts += drafts
-        engine.draft_tokens += drafts * self.args.k
+        engine.drafts += drafts if drafted else 0.0
+        engine.draft_tokens += drafts * drafted
         engine.accepted += accepted
         engine.generation += drafts + accepted
 
-    def request(
-        self, engine: Engine, prompt: str, max_tokens: int, seed: int, greedy: bool
-    ) -> tuple[int, float]:
-        """Draft one request token by token; returns (tokens made, seconds it takes)."""
+    def start(self, prompt: str, max_tokens: int, seed: int, greedy: bool) -> Request:
+        """A request arriving now: its odds are those of its class at this moment."""
         elapsed = self.clock()
         busy, _, long_ctx = self.phase(elapsed)
         spoil, cond = self.odds(prompt_class(prompt), elapsed, long_ctx and busy, single=True)
         rng = random.Random(f"{prompt}|{seed}") if greedy else random.Random()
-        drafts, hits, made = 0, [0] * self.args.k, 0
-        while made < max_tokens:
-            drafts += 1
-            spoilt = rng.random() < spoil
-            accepted = 0
-            for pos, c in enumerate(cond):
-                if spoilt or rng.random() >= c or made + accepted + 1 >= max_tokens:
+        return Request(rng, spoil, cond, max_tokens, self.args.k)
+
+    def request(
+        self, engine: Engine, prompt: str, max_tokens: int, seed: int, greedy: bool
+    ) -> tuple[int, float]:
+        """Draft one whole request at once, K tokens a step, no pace; returns (tokens made,
+        seconds it takes alone)."""
+        request = self.start(prompt, max_tokens, seed, greedy)
+        while not request.done:
+            engine.count_step(self.args.k, request.step(self.args.k))
+        return request.made, request.drafting.steps / self.args.steps_per_s
+
+
+class Request:
+    """One request's drafting, step by step: greedy requests draw from a generator seeded by
+    their prompt and seed, so the same prompt drafts the same tokens every time."""
+
+    def __init__(
+        self, rng: random.Random, spoil: float, cond: list[float], max_tokens: int, k: int
+    ) -> None:
+        self.rng, self.spoil, self.cond, self.max_tokens = rng, spoil, cond, max_tokens
+        self.made = 0
+        self.drafting = Drafting(k)
+
+    @property
+    def done(self) -> bool:
+        return self.made >= self.max_tokens
+
+    def step(self, drafted: int) -> int:
+        """One verify step of ``drafted`` draft tokens: how many were accepted (the bonus
+        token comes on top). A step that drafts nothing makes one token and counts no draft."""
+        accepted = 0
+        if drafted:
+            spoilt = self.rng.random() < self.spoil
+            for c in self.cond[:drafted]:
+                if spoilt or self.rng.random() >= c or self.made + accepted + 1 >= self.max_tokens:
                     break
-                hits[pos] += 1
                 accepted += 1
-            made += accepted + 1
-        with engine.lock:
-            engine.drafts += drafts
-            engine.draft_tokens += drafts * self.args.k
-            engine.accepted += sum(hits)
-            for pos, n in enumerate(hits):
-                engine.per_pos[pos] += n
-            engine.generation += made
-        return made, drafts / self.args.steps_per_s
+            self.drafting.observe(drafted, accepted)
+        self.made += accepted + 1
+        return accepted
+
+
+class Drafting:
+    """A request's own spec-decode stats, as vLLM 0.33's ``RequestSpecDecodeMetrics``
+    (vllm/v1/metrics/stats.py): a dense histogram of accepted draft tokens per verify step
+    (index j: steps that accepted exactly j, bonus token excluded, length K+1) and the draft
+    tokens proposed; per-step lists kept for ``detailed``."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.histogram = [0] * (k + 1)
+        self.draft_tokens = 0
+        self.per_step_accepted: list[int] = []
+        self.per_step_drafted: list[int] = []
+
+    @property
+    def steps(self) -> int:
+        return sum(self.histogram)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.histogram[accepted] += 1
+        self.draft_tokens += drafted
+        self.per_step_accepted.append(accepted)
+        self.per_step_drafted.append(drafted)
+
+    def payload(self, level: str, stream: bool = False) -> dict[str, object]:
+        """``metrics.speculative_decoding`` as vLLM serialises it: the answer (``model_dump``)
+        carries the per-step fields as null unless ``detailed``; the stream's usage chunk
+        (``exclude_none``) leaves them out."""
+        steps = self.steps
+        accepted = sum(j * count for j, count in enumerate(self.histogram))
+        out: dict[str, object] = {
+            "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / self.draft_tokens if self.draft_tokens else 0.0,
+            "acceptance_histogram": list(self.histogram),
+            "num_spec_steps": steps,
+            "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": self.draft_tokens,
+            "num_spec_tokens": self.k,
+            "per_step_accepted": None,
+            "per_step_drafted": None,
+        }
+        if level == "detailed" and steps:
+            out["per_step_accepted"] = list(self.per_step_accepted)
+            out["per_step_drafted"] = list(self.per_step_drafted)
+        return {k: v for k, v in out.items() if v is not None} if stream else out
+
+
+def per_request_metrics(
+    drafting: Drafting | None, level: str, n: object, stream: bool
+) -> dict[str, object] | None:
+    """The response's ``metrics`` (vLLM 0.33 ``PerRequestMetrics``, timing off): None when
+    off, for ``n > 1`` (the stats are one sequence's of n), or without drafting."""
+    if level == "none" or n != 1 or drafting is None:
+        return None
+    spec = drafting.payload(level, stream)
+    if stream:
+        return {"speculative_decoding": spec}
+    timing = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms")
+    return {**dict.fromkeys((*timing, "tokens_per_second")), "speculative_decoding": spec}
+
+
+#: a running request re-reads the pace at least this often (seconds)
+TICK = 0.01
+
+
+class Contention:
+    """How real concurrent requests share the engine (``--contention``).
+
+    ``none``: each at its own pace whatever else runs (what the stand-in always did).
+    ``serial``: one generates at a time, first come first served (the worst plausible case).
+    ``batched:SLOPE``: continuous batching, every decode step (1 + SLOPE (n-1)) times as long
+    with n running. n counts what ``num_requests_running`` shows (real requests and the
+    background ``--users``); only ``--traffic`` requests are paced by it."""
+
+    def __init__(self, law: str) -> None:
+        self.law, _, slope = law.partition(":")
+        self.slope = float(slope) if self.law == "batched" else 0.0
+        self.limit = 1 if self.law == "serial" else math.inf
+
+    def slowdown(self, n: float) -> float:
+        return 1.0 + self.slope * max(0.0, n - 1.0)
+
+
+def contention_law(text: str) -> str:
+    """``--contention``'s value, checked: none, serial or batched:SLOPE (SLOPE >= 0)."""
+    law, colon, slope = text.partition(":")
+    if (law in ("none", "serial") and not colon) or (law == "batched" and _slope(slope)):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected none, serial or batched:SLOPE with SLOPE a number >= 0, got {text!r}"
+    )
+
+
+def _slope(text: str) -> bool:
+    try:
+        return float(text) >= 0
+    except ValueError:
+        return False
+
+
+def trimming(args: argparse.Namespace, load: float) -> bool:
+    """Drafts are cut now: more than ``--trim-above`` requests running."""
+    return args.trim_above is not None and load > args.trim_above
 
 
 @dataclass(frozen=True)
@@ -351,19 +560,24 @@ NO_STATS = (
 )
 
 
-def serve_counted(engine: Engine, body: dict[str, object], max_tokens: int) -> int:
-    """A request drafted token by token; the request gauge shows it while it is generated."""
+def chat_request(engine: Engine, body: dict[str, object], max_tokens: int) -> Request:
+    """A chat body as a drafted request: its last message's class, greedy at temperature 0."""
     assert engine.traffic is not None
     messages = body.get("messages")
-    prompt = str(messages[-1].get("content", "")) if isinstance(messages, list) else ""
-    greedy = body.get("temperature") == 0
+    prompt = ""
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        prompt = str(messages[-1].get("content", ""))
     seed = body.get("seed")
-    with engine.generating():
-        made, seconds = engine.traffic.request(
-            engine, prompt, max_tokens, int(seed) if isinstance(seed, int) else 0, greedy
-        )
-        time.sleep(seconds)
-    return made
+    greedy = body.get("temperature") == 0
+    return engine.traffic.start(prompt, max_tokens, seed if isinstance(seed, int) else 0, greedy)
+
+
+def usage_info(completion: int, prompt: int = 12) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
 
 
 def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
@@ -484,42 +698,62 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                 time.sleep(3600)
                 return
             max_tokens = int(body.get("max_tokens") or 16)
+            request = chat_request(engine, body, max_tokens) if engine.traffic else None
+            n = body.get("n") or 1
             if body.get("stream"):
-                with engine.generating():
-                    self._stream(max_tokens)
+                options = body.get("stream_options")
+                usage = isinstance(options, dict) and bool(options.get("include_usage"))
+                self._stream(max_tokens, request, usage, n)
             else:
-                self._answer(body, max_tokens)
+                self._answer(max_tokens, request, n)
 
-        def _stream(self, max_tokens: int) -> None:
-            """vLLM's SSE: a role chunk, one chunk per token, a finish chunk, ``[DONE]``."""
+        def _stream(self, max_tokens: int, request: Request | None, usage: bool, n: object) -> None:
+            """vLLM's SSE: a role chunk, one chunk per token (per verify step with --traffic), a
+            finish chunk, the usage chunk if ``stream_options.include_usage`` (where vLLM 0.33
+            puts ``metrics``), ``[DONE]``."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             chat_id, created = f"chatcmpl-{engine.chats}", int(time.time())
 
+            def send(chunk: dict[str, object]) -> None:
+                head = {"id": chat_id, "object": "chat.completion.chunk", "created": created}
+                self._chunk(
+                    f"data: {json.dumps({**head, 'model': args.model, **chunk})}\n\n".encode()
+                )
+
             def event(delta: dict[str, object], finish: str | None = None) -> None:
-                chunk = {
-                    "id": chat_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": args.model,
-                    "choices": [
-                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                    ],
-                }
-                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                send({"choices": [choice]})
 
             event({"role": "assistant", "content": ""})
-            for i in range(max_tokens):
-                time.sleep(args.token_delay)
-                if engine.aborting:  # cut mid-generation: no finish chunk, no [DONE]
-                    self.close_connection = True
+            made = 0
+            if request is not None:
+                if not engine.play(request, lambda tokens: event({"content": "ready " * tokens})):
+                    self.close_connection = True  # cut mid-generation: no finish, no [DONE]
                     return
-                with engine.lock:
-                    engine.generation += 1
-                event({"content": f"tok{i} "})
+                made = request.made
+            else:
+                with engine.generating():
+                    for i in range(max_tokens):
+                        time.sleep(args.token_delay)
+                        if engine.aborting:  # cut mid-generation: no finish chunk, no [DONE]
+                            self.close_connection = True
+                            return
+                        with engine.lock:
+                            engine.generation += 1
+                        made += 1
+                        event({"content": f"tok{i} "})
             event({}, "length")
+            if usage:
+                final: dict[str, object] = {"choices": [], "usage": usage_info(made)}
+                level = args.per_request_spec_decode_metrics
+                drafting = request.drafting if request is not None else None
+                metrics = per_request_metrics(drafting, level, n, stream=True)
+                if metrics is not None:
+                    final["metrics"] = metrics
+                send(final)
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")
 
@@ -527,12 +761,19 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 
-        def _answer(self, body: dict[str, object], max_tokens: int) -> None:
+        def _answer(self, max_tokens: int, request: Request | None, n: object) -> None:
             text = "ready"
             made = min(1, max_tokens)
-            if engine.traffic is not None:
-                made = serve_counted(engine, body, max_tokens)
+            extra: dict[str, object] = {}
+            if request is not None:
+                if not engine.play(request):
+                    self.close_connection = True  # aborted: no answer
+                    return
+                made = request.made
                 text = "ready " * made
+                if args.per_request_spec_decode_metrics != "none":
+                    level = args.per_request_spec_decode_metrics
+                    extra["metrics"] = per_request_metrics(request.drafting, level, n, False)
             else:
                 with engine.generating():
                     time.sleep(args.token_delay)
@@ -560,11 +801,8 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                             "stop_reason": None,
                         }
                     ],
-                    "usage": {
-                        "prompt_tokens": 12,
-                        "total_tokens": 12 + made,
-                        "completion_tokens": made,
-                    },
+                    "usage": usage_info(made),
+                    **extra,
                 },
             )
 
@@ -574,6 +812,7 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="0.0.0.0", help="as vLLM's; 127.0.0.1 outside a container")
     p.add_argument("--model", default="standin/Qwen3.6-35B-A3B-NVFP4")
     p.add_argument(
         "--role",
@@ -641,15 +880,54 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     traffic.add_argument(
         "--decay-once", default="", help="a marker file: once it exists, restarts are healthy"
     )
+    traffic.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=["detailed", "none", "summary"],
+        default="none",
+        help="vLLM 0.33: the request's own spec-decode stats in its answer's metrics",
+    )
+    traffic.add_argument(
+        "--trim-above", type=float, default=None, help="while more than this many run..."
+    )
+    traffic.add_argument(
+        "--trim-to", type=int, default=2, help="...each verify step drafts this many tokens"
+    )
+    traffic.add_argument(
+        "--contention",
+        type=contention_law,
+        default="none",
+        help="how concurrent requests share the engine: none, serial or batched:SLOPE",
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.
-    args, _vllm_flags = p.parse_known_args(argv)
+    args, _vllm_flags = p.parse_known_args(vllm_spelling(argv))
+    if not 0 <= args.trim_to <= args.k:
+        p.error(f"--trim-to must be 0..--k ({args.k}), got {args.trim_to}")
     return args
+
+
+def vllm_spelling(argv: list[str]) -> list[str]:
+    """Flags as vLLM's ``FlexibleArgumentParser`` reads them: underscores in a ``--name`` (up
+    to ``=`` or the first ``.``) are dashes, so ``--per_request_spec_decode_metrics=summary``
+    is ``--per-request-spec-decode-metrics=summary``."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            name, dot, rest = key[2:].partition(".")
+            arg = f"--{name.replace('_', '-')}{dot}{rest}{eq}{value}"
+        out.append(arg)
+    return out
 
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.per_request_spec_decode_metrics != "none" and not args.spec_decode:
+        raise SystemExit(  # vLLM 0.33's VllmConfig refuses to start, with these words
+            "ValueError: --per-request-spec-decode-metrics requires speculative decoding "
+            "to be enabled (via --speculative-config)."
+        )
     engine: Engine | None = None
 
     def shut_down() -> None:
@@ -686,7 +964,7 @@ def main(argv: list[str]) -> None:
     print(f"loading for {args.boot_delay}s (port closed)", flush=True)
     time.sleep(args.boot_delay)
     engine = Engine(args)
-    server = ThreadingHTTPServer(("0.0.0.0", args.port), make_handler(engine, args))
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args))
     server.daemon_threads = True
     print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)
     server.serve_forever()

@@ -25,6 +25,16 @@ Pages (``tests/fixtures/vllm/<version>/``): ``k1``, ``k5``, ``k15`` (one engine)
 as the scheduler does under a token budget or near ``max_model_len``), ``trimmed-light`` (8 %
 of the drafts cut to 2), and both again with half the drafts spoilt (``...-decayed``).
 Deterministic: a seeded RNG, and process figures, pids and creation times pinned.
+
+Per-request spec-decode metrics (``--per-request-spec-decode-metrics``, new in 0.33; 0.12.0 and
+0.10.2 have neither the flag nor the classes): ``spec-decode-metrics.json`` holds, for a known
+sequence of verify steps (``STEPS``: K=5, some drafts trimmed to 2), what vLLM's own
+``RequestSpecDecodeMetrics`` (``vllm/v1/metrics/stats.py``; ``observe`` once per step, as the
+scheduler does) gives through its own ``SpeculativeDecodingMetrics`` and ``PerRequestMetrics``
+pydantic models (``vllm/entrypoints/generate/base/protocol.py``, imported for real, its other
+imports stubbed as above), serialised as the chat server does: ``answer`` as the response's
+``model_dump()``, ``stream`` as the final usage chunk's ``exclude_unset, exclude_none``; at the
+``summary`` and ``detailed`` levels.
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ REAL = (
     "vllm/v1/metrics/buckets.py",
     "vllm/v1/metrics/cache_hit_source.py",
     "vllm/v1/spec_decode/metrics.py",
+    "vllm/entrypoints/generate/base/protocol.py",  # 0.33: the per-request metrics' models
+    "vllm/entrypoints/serve/engine/protocol.py",
 )
 #: page name -> (K, engines, multiprocess, trimmed share, spoilt share); K=0: no spec decoding
 PAGES: dict[str, tuple[int, int, bool, float, float]] = {
@@ -76,18 +88,29 @@ TRIM_TO = 2
 #: the drafter: position-0 acceptance and the per-position fall (draftshape's model)
 ACCEPT = 0.7
 DEPTH = 0.8
+#: verify steps of one request for the per-request payload: (draft tokens proposed, accepted)
+STEPS = ((5, 3), (5, 0), (5, 5), (2, 2), (2, 1), (5, 1), (5, 4), (2, 0), (5, 2), (5, 3))
+PAYLOAD = "spec-decode-metrics.json"
 
 
 def fetch(version: str, cache: Path) -> Path:
     """The metric modules of ``vllm==version``, extracted from its wheel."""
     dest = cache / version
-    if (dest / "engine-init.py").exists():
-        return dest
     wheels = cache / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps", "-d", wheels],
-        check=True,
-    )
+    if not list(wheels.glob(f"vllm-{version}-*.whl")):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                f"vllm=={version}",
+                "--no-deps",
+                "-d",
+                wheels,
+            ],
+            check=True,
+        )
     (wheel,) = wheels.glob(f"vllm-{version}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         for name in REAL:
@@ -182,17 +205,46 @@ def _raise(name: str) -> Any:
     raise AttributeError(name)
 
 
-def make_page(root: Path, version: str, page: str) -> str:
-    """One page: run in a fresh process (prometheus_client's registry is global)."""
-    k, engines, multiproc, trimmed, spoilt = PAGES[page]
-    if multiproc:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="vllm-pages-")
+def _import_real(root: Path) -> None:
     sys.meta_path.insert(0, Stubs(root))
     sys.path.insert(0, str(root))
     try:
         import numpy  # noqa: F401
     except ImportError:
         sys.modules["numpy"] = types.ModuleType("numpy")
+
+
+def make_payload(root: Path) -> str:
+    """``metrics`` of one request's answer and stream, by vLLM's own classes (0.33 on)."""
+    _import_real(root)
+    from vllm.entrypoints.generate.base.protocol import (
+        PerRequestMetrics,
+        SpeculativeDecodingMetrics,
+    )
+    from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
+
+    out: dict[str, Any] = {"num_spec_tokens": 5, "steps": [list(step) for step in STEPS]}
+    for level in ("summary", "detailed"):
+        stats = RequestSpecDecodeMetrics.new(5)
+        for drafted, accepted in STEPS:
+            stats.observe(drafted, accepted, detailed=level == "detailed")
+        # as chat_completion/serving.py builds it: timing off, the spec stats set after
+        metrics = PerRequestMetrics()
+        metrics.speculative_decoding = SpeculativeDecodingMetrics(**stats.to_dict())
+        out[level] = {
+            "to_dict": stats.to_dict(),
+            "answer": metrics.model_dump(mode="json"),
+            "stream": metrics.model_dump(mode="json", exclude_unset=True, exclude_none=True),
+        }
+    return json.dumps(out, indent=1) + "\n"
+
+
+def make_page(root: Path, version: str, page: str) -> str:
+    """One page: run in a fresh process (prometheus_client's registry is global)."""
+    k, engines, multiproc, trimmed, spoilt = PAGES[page]
+    if multiproc:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="vllm-pages-")
+    _import_real(root)
     import prometheus_client
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
@@ -294,7 +346,8 @@ def main() -> int:
     parser.add_argument("--one", nargs=3, metavar=one, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        sys.stdout.write(make_page(Path(args.one[0]), args.one[1], args.one[2]))
+        root, version, page = Path(args.one[0]), args.one[1], args.one[2]
+        sys.stdout.write(make_payload(root) if page == PAYLOAD else make_page(root, version, page))
         return 0
     made = {}
     for version in args.versions:
@@ -309,6 +362,18 @@ def main() -> int:
             ).stdout
             (args.out / version / f"{page}.prom").write_text(text)
             made[f"{version}/{page}"] = len(text.splitlines())
+        stats = (root / "vllm/v1/metrics/stats.py").read_text()
+        if "class RequestSpecDecodeMetrics" not in stats:
+            print(f"{version}: no per-request spec-decode metrics", file=sys.stderr)
+            continue
+        text = subprocess.run(
+            [sys.executable, __file__, "--one", str(root), version, PAYLOAD],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        (args.out / version / PAYLOAD).write_text(text)
+        made[f"{version}/{PAYLOAD}"] = len(text.splitlines())
     print(json.dumps(made, indent=1))
     return 0
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shlex
 import socket
+import subprocess
+import sys
 import tarfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +165,23 @@ class Stage:
             with contextlib.suppress(docker.errors.NotFound):
                 self.client.containers.get(name).remove(force=True)
         self.created.clear()
+
+
+@contextlib.contextmanager
+def local(*standin_args: str, log: Path | None = None) -> Iterator[str]:
+    """The stand-in as a process of this host on 127.0.0.1 (no container), healthy; yields its
+    base URL and ends it by its pid."""
+    port = free_port()
+    command = [sys.executable, "-u", str(STANDIN_DIR / "vllm_standin.py")]
+    command += ["--host", "127.0.0.1", "--port", str(port), *standin_args]
+    with open(log or os.devnull, "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def wait_healthy(port: int, timeout: float = 30.0) -> None:

@@ -97,8 +97,9 @@ class Engine:
         self.contention = Contention(args.contention)
         self.cond = threading.Condition(self.lock)
         self.queue: list[object] = []  # requests arrived and not finished, first come first
-        self.work = 0.0  # the work clock: steps' worth of time each running request has had
-        self._work_at = time.monotonic()
+        self.work = 0.0  # the work clock: seconds of full pace each running request has had
+        self.clock = time.monotonic
+        self._work_at = self.clock()
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
@@ -127,7 +128,7 @@ class Engine:
     def _settle(self) -> float:
         """Move the work clock to now at the pace the load allowed since (lock held): every
         running request has been slowed alike, so one clock serves them all."""
-        now = time.monotonic()
+        now = self.clock()
         self.work += (now - self._work_at) / self.contention.slowdown(self.load())
         self._work_at = now
         return self.work

@@ -7,12 +7,13 @@ For each law, two runs of the stand-in vLLM as a local process on 127.0.0.1 (``-
 no background users, ``--contention LAW``), with the same simulated users: Poisson arrivals at
 the rate that keeps ``--users`` requests in the engine on average under that law
 (``arrival_rate``), prompts of the four field classes (mostly mixed), a few hundred tokens
-each, greedy and seeded so a request drafts the same steps in both runs. Run A also sends a drafting canary every ``--canary-every`` seconds
-whatever is running, exactly as the daemon sends one (``VllmClient.canary``: the shipped
-prompts of ``AcceptanceConfig``, ``canary_max_tokens``, greedy, ``canary_seed``, one prompt
-after the other); run B sends none. A user request's added latency is its latency in A minus
-in B; it is counted for the requests whose time in A overlapped a canary. One canary's duration
-is measured on the idle engine before run A.
+each, greedy and seeded so a request drafts the same steps in both runs. Run A also sends a
+drafting canary every ``--canary-every`` seconds whatever is running, exactly as the daemon
+sends one (``VllmClient.canary``: the shipped prompts of ``AcceptanceConfig``,
+``canary_max_tokens``, greedy, ``canary_seed``, one prompt after the other); run B sends none.
+A user request's added latency is its latency in A minus in B; it is counted for the requests
+whose time in A overlapped a canary. One canary's duration is measured on the idle engine
+before run A.
 
 The stand-in drafts at the field's single-request pace (``devtools/traces.py`` CLASSES: the
 classes' tokens/s over their tokens per verify step, about 20 verify steps/s) times

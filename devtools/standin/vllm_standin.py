@@ -31,7 +31,8 @@ make concurrent requests behave like a loaded engine:
   (``max_num_batched_tokens``, spent in order over the running requests, prefill chunks too)
   and to ``max_model_len``, and its dynamic speculative decoding
   (``num_speculative_tokens_per_batch_size``: K by batch-size range) does exactly this (0.12
-  and 0.10 had ``disable_by_batch_size``, M = 0). A step drafting 0 counts no draft.
+  and 0.10 accept ``disable_by_batch_size`` but nothing reads it). A step drafting 0 counts no
+  draft.
 - ``--contention none|serial|batched:SLOPE``: ``none`` each request at its own pace whatever
   else runs; ``serial`` one request generates at a time, first come first served, the rest
   show in ``num_requests_waiting``; ``batched:SLOPE`` every decode step takes (1 + SLOPE (n-1))

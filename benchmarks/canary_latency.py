@@ -164,7 +164,8 @@ class Run:
 
         while not until.wait(1.0 / self.args.speedup):
             m = parse(http.get("/metrics", timeout=10).text)
-            self.load.append(m.running + m.waiting)
+            if self.field(time.monotonic()) < self.args.period:  # not the drain after it
+                self.load.append(m.running + m.waiting)
 
     def go(self, requests: list[UserRequest], canaries: bool) -> Run:
         cfg = AcceptanceConfig()

@@ -353,27 +353,20 @@ def main() -> int:
     for version in args.versions:
         root = fetch(version, args.cache)
         (args.out / version).mkdir(parents=True, exist_ok=True)
-        for page in PAGES:
-            text = subprocess.run(
+        files = [(page, f"{page}.prom") for page in PAGES]
+        if "class RequestSpecDecodeMetrics" in (root / "vllm/v1/metrics/stats.py").read_text():
+            files.append((PAYLOAD, PAYLOAD))
+        else:
+            print(f"{version}: no per-request spec-decode metrics", file=sys.stderr)
+        for page, name in files:
+            text = subprocess.run(  # a fresh process each: prometheus_client's registry is global
                 [sys.executable, __file__, "--one", str(root), version, page],
                 check=True,
                 capture_output=True,
                 text=True,
             ).stdout
-            (args.out / version / f"{page}.prom").write_text(text)
-            made[f"{version}/{page}"] = len(text.splitlines())
-        stats = (root / "vllm/v1/metrics/stats.py").read_text()
-        if "class RequestSpecDecodeMetrics" not in stats:
-            print(f"{version}: no per-request spec-decode metrics", file=sys.stderr)
-            continue
-        text = subprocess.run(
-            [sys.executable, __file__, "--one", str(root), version, PAYLOAD],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        (args.out / version / PAYLOAD).write_text(text)
-        made[f"{version}/{PAYLOAD}"] = len(text.splitlines())
+            (args.out / version / name).write_text(text)
+            made[f"{version}/{name}"] = len(text.splitlines())
     print(json.dumps(made, indent=1))
     return 0
 

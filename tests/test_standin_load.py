@@ -208,7 +208,7 @@ def test_concurrent_requests_share_the_engine_by_the_law(
 ) -> None:
     """Two users at once: serial lets one generate and queues the other (first come, first
     served); batching runs both."""
-    slow = ("--steps-per-s", "20", "--contention", law)
+    slow = ("--steps-per-s", "10", "--contention", law)
     with local(*QUIET, FLAG, "summary", *slow) as url:
         finished: list[str] = []
 

@@ -7,19 +7,16 @@ from dataclasses import replace
 from sparkwarden.acceptance import AcceptanceState
 from sparkwarden.canary import (
     WORKLOAD_NOT_DRAFTER,
-    Answer,
     CanaryState,
-    Round,
     judge,
-    measure,
     observe,
     snapshot,
     status_note,
-    take,
     tell,
     waiting_too_long,
     wanted,
 )
+from sparkwarden.canary_round import Answer, OwnStats, Round, measure, take
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
 

@@ -199,7 +199,7 @@ def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
 
 
 def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
-    from sparkwarden import canary, canary_round
+    from sparkwarden import canary_round
     from sparkwarden.metrics import SpecDecode
 
     on = cfg(acceptance={"enabled": True, "canary_idle": "20s"})

@@ -209,11 +209,18 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
 
 
 def canary_round(
-    s: Scenario, t: float, created: float | None, prompts: dict[str, str], max_tokens: int
+    s: Scenario,
+    t: float,
+    created: float | None,
+    prompts: dict[str, str],
+    max_tokens: int,
+    own: bool = False,
 ) -> Round:
     """The drafting canary the daemon would take at ``t``: greedy, so each prompt draws the
     same numbers every time (deterministic on an idle engine); a decay moves the thresholds.
-    Its own short context: long-context phases do not touch it."""
+    Its own short context: long-context phases do not touch it. ``own``: the engine reports
+    each request's own stats, so a user arriving does not spoil it (drafts are never trimmed
+    in this corpus: an engine that trims under load would discard some)."""
     left = s.decay((t - s.start) / 3600)
     readings = []
     for name, text in prompts.items():
@@ -242,8 +249,11 @@ def canary_round(
                 accepted=float(sum(hits)),
                 per_pos=tuple(h / drafts for h in hits),
                 seconds=drafts * step_s,
+                source="own" if own else "counters",
             )
         )
+    if own:
+        return Round(t, tuple(readings), created, own_stats=True)
     # a user who arrives while it runs spoils it (the daemon discards it and tries again)
     hour = int((t % 86400) / 3600) % 24
     arrivals = s.load.get(hour, 0.0) / REQUEST_S
@@ -254,7 +264,7 @@ def canary_round(
             readings[-1], valid=False, why="other requests running or waiting after it"
         )
         readings[-1] = spoilt
-    return Round(t, tuple(readings), created)
+    return Round(t, tuple(readings), created, own_stats=False)
 
 
 def write(s: Scenario, path: Path) -> Path:

@@ -113,7 +113,8 @@ def _canary_lines(c: dict[str, Any]) -> list[str]:
     health = c.get("health")
     head = (
         f"canary:      health {'-' if health is None else f'{health:.2f}'}, "
-        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded"
+        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded, "
+        + ("own stats" if c.get("own_stats") else "idle only")
         + (", SUSPICIOUS" if c.get("suspicious") else "")
     )
     wrapped = textwrap.wrap(c.get("note") or "-", 66)

@@ -30,6 +30,8 @@ K = 5
 HEALTHY = {"math": 0.78, "code": 0.75, "prose": 0.30}
 CALM = AcceptanceState(health=1.0, method="shape")
 LOW = AcceptanceState(health=0.5, method="shape")
+#: an engine whose answers are known to carry no stats of their own: canaries only when idle
+COUNTERS_ONLY = CanaryState(own_stats=False)
 
 
 class Engine:
@@ -72,7 +74,7 @@ def canary(engine: Engine, t: float) -> Round:
 
 
 def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     engine.running = 2
     state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
     assert not due
@@ -89,7 +91,7 @@ def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
 
 
 def test_a_suspicious_passive_estimate_brings_the_canary_sooner_still_only_when_idle() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
     state, _ = judge(state, canary(engine, 30.0), CFG)
     state, due = observe(state, engine.metrics(), LOW, 400.0, CFG)
@@ -102,7 +104,7 @@ def test_a_suspicious_passive_estimate_brings_the_canary_sooner_still_only_when_
 
 
 def test_foreign_traffic_during_a_canary_discards_it_and_it_is_retried() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
 
     def ask_with_company(prompt: str) -> Answer:
         engine.draft(300, 0.3)  # a user's request slipped in between our scrapes
@@ -158,7 +160,7 @@ def test_per_position_acceptance_is_read_from_the_deltas() -> None:
 
 
 def test_the_canary_learns_then_fires_only_after_consecutive_low_canaries() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, fire = judge(state, canary(engine, 0.0), CFG)
     assert fire is None and state.baseline_of("math") == canary(Engine(), 0).readings[0].acceptance
     state, fire = judge(state, canary(engine, 1800.0), CFG)
@@ -172,7 +174,7 @@ def test_the_canary_learns_then_fires_only_after_consecutive_low_canaries() -> N
 
 
 def test_one_canary_back_at_recover_fraction_clears_the_streak() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     engine.scale = 0.6
     state, _ = judge(state, canary(engine, 1.0), CFG)
@@ -184,7 +186,7 @@ def test_one_canary_back_at_recover_fraction_clears_the_streak() -> None:
 
 
 def test_an_engine_restart_between_canaries_learns_a_new_baseline() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
     state, _ = judge(state, canary(engine, 30.0), CFG)
     engine.scale = 0.6
@@ -201,7 +203,7 @@ def test_an_engine_restart_between_canaries_learns_a_new_baseline() -> None:
 
 
 def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_drafter() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     state, _ = observe(state, engine.metrics(), LOW, 400.0, CFG)
     state, said = tell(state, CFG)
@@ -218,7 +220,7 @@ def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_dra
 
 
 def test_a_box_that_never_idles_is_reported_not_acted_on() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     engine.running = 3
     state, _ = observe(state, engine.metrics(), LOW, 0.0, CFG)
     state, due = observe(state, engine.metrics(), LOW, 7300.0, CFG)
@@ -234,7 +236,7 @@ def test_a_round_survives_json() -> None:
 
 
 def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     assert not wanted(state, 600.0, CFG)
     assert wanted(state, 1800.0, CFG)  # owed, though the engine may be busy
@@ -325,7 +327,7 @@ def test_with_own_stats_a_canary_goes_under_light_load_not_while_users_wait() ->
     engine, state = Engine(), CanaryState()
     engine.running = 3
     state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
-    assert not due  # not known yet: the counters' way needs idle
+    assert due and state.own_stats is None  # not known yet: one canary under load finds out
     state, _ = judge(state, take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 5.0), CFG)
     assert state.own_stats and state.valid_count == 1
     state, due = observe(state, engine.metrics(), LOW, 400.0, CFG)
@@ -342,6 +344,18 @@ def test_with_own_stats_a_canary_goes_under_light_load_not_while_users_wait() ->
     assert not due
 
 
+def test_the_first_canary_finds_out_whether_answers_carry_their_own_stats() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 2
+    state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    assert due  # unknown: one canary under load finds out
+    state, _ = judge(state, take(PROMPTS, engine.metrics, engine.ask, 1.0), CFG)
+    assert state.own_stats is False and state.discarded == 1  # counters, and others ran
+    assert "other" in state.note
+    state, due = observe(state, engine.metrics(), LOW, 600.0, CFG)
+    assert not due
+
+
 def test_own_stats_outlive_an_engine_restart_and_go_when_answers_lack_them() -> None:
     engine, state = Engine(), CanaryState()
     state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
@@ -351,7 +365,9 @@ def test_own_stats_outlive_an_engine_restart_and_go_when_answers_lack_them() -> 
     assert state.baseline == () and state.own_stats  # new baseline, same engine flags
     fresh.running = 2  # recreated without the flag: the answer says so, and idle rules again
     state, _ = judge(state, take(PROMPTS, fresh.metrics, fresh.ask, 200.0), CFG)
-    assert not state.own_stats and state.discarded == 1
+    assert state.own_stats is False and state.discarded == 1
+    state, due = observe(state, fresh.metrics(), LOW, 600.0, CFG)
+    assert not due  # busy, and a canary here could not count
 
 
 def test_a_decay_seen_through_own_stats_fires_under_load() -> None:

@@ -66,8 +66,9 @@ class CanaryState:
     #: the canary the baseline was learnt from: ``record``, started later, still writes it
     baseline_round: Round | None = None
     #: the engine's answers carry their own spec-decode stats, so a canary counts under load
-    #: (learnt from the last canary that got an answer; kept across engine restarts)
-    own_stats: bool = False
+    #: (learnt from the last canary that got an answer; kept across engine restarts; None: not
+    #: known yet, so the first canary may go under load to find out)
+    own_stats: bool | None = None
 
     @property
     def suspicious(self) -> bool:
@@ -107,8 +108,9 @@ def observe(
 
 def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfig) -> bool:
     """Busy, but a canary reading its own stats still counts: nobody waits (it takes no user's
-    place) and at most ``canary_max_running`` run."""
-    if not state.own_stats or engine is None or engine.running is None:
+    place) and at most ``canary_max_running`` run. Also while it is not known yet whether the
+    answers carry their own stats: one canary finds out (discarded if they do not)."""
+    if state.own_stats is False or engine is None or engine.running is None:
         return False
     return engine.waiting == 0 and engine.running <= cfg.canary_max_running
 

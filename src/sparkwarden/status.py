@@ -114,7 +114,7 @@ def _canary_lines(c: dict[str, Any]) -> list[str]:
     head = (
         f"canary:      health {'-' if health is None else f'{health:.2f}'}, "
         f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded, "
-        + ("own stats" if c.get("own_stats") else "idle only")
+        + {True: "own stats", False: "idle only"}.get(c.get("own_stats"), "source unknown")
         + (", SUSPICIOUS" if c.get("suspicious") else "")
     )
     wrapped = textwrap.wrap(c.get("note") or "-", 66)

@@ -215,19 +215,22 @@ def canary_round(
     prompts: dict[str, str],
     max_tokens: int,
     own: bool = False,
+    fresh: bool = False,
 ) -> Round:
     """The drafting canary the daemon would take at ``t``: greedy, so each prompt draws the
     same numbers every time (deterministic on an idle engine); a decay moves the thresholds.
     Its own short context: long-context phases do not touch it. ``own``: the engine reports
     each request's own stats, so a user arriving does not spoil it (drafts are never trimmed
-    in this corpus: an engine that trims under load would discard some)."""
+    in this corpus: an engine that trims under load would discard some). ``fresh``: greedy is
+    not reproducible (batch-variant kernels flip a token, and the text goes elsewhere): each
+    canary drafts a new sample of its prompt's class, the worst case for a canary's noise."""
     left = s.decay((t - s.start) / 3600)
     readings = []
     for name, text in prompts.items():
         alpha0, tps = CLASSES[prompt_class(text)]
         marginal = decayed(alpha0, s.law, s.decay_kind, left, single=True)
         cond = [p / (marginal[i - 1] if i else 1.0) for i, p in enumerate(marginal)]
-        rng = random.Random(text)
+        rng = random.Random(f"{text}|{t}" if fresh else text)
         drafts, hits, made = 0, [0] * K, 0
         while made < max_tokens:
             drafts += 1

@@ -391,3 +391,10 @@ def test_a_round_with_own_stats_survives_record_and_replay() -> None:
     taken = take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 25.0)
     again = Round.from_json(taken.to_json())
     assert again == taken and again.readings[0].source == "own"
+
+
+def test_a_canary_short_of_recover_fraction_brings_the_next_one_sooner() -> None:
+    state = replace(COUNTERS_ONLY, last_valid=0.0, last_try=0.0, health=0.85)
+    assert wanted(state, 301.0, CFG)  # 0.85: not low yet, but on its way
+    assert not wanted(replace(state, health=0.95), 301.0, CFG)
+    assert wanted(replace(state, health=0.95), 1801.0, CFG)

@@ -116,13 +116,14 @@ def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfi
 
 
 def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
-    """A canary is owed (its interval, ``canary_soon`` while suspicious or once a canary was
-    low, has passed), idle or not: the daemon then looks every tick, so a short idle spell is
-    not missed."""
+    """A canary is owed (its interval, ``canary_soon`` while in doubt, has passed), idle or not:
+    the daemon then looks every tick, so a short idle spell is not missed."""
     if cfg.confirm != "canary":
         return False
-    # a low passive estimate, or a low canary a streak has begun on: the next one sooner
-    doubt = state.suspicious_since is not None or state.low_streak > 0
+    # a low passive estimate, or a canary short of recover_fraction (a streak begun, or on
+    # its way there): the next one sooner
+    below = state.health is not None and state.health < cfg.recover_fraction
+    doubt = state.suspicious_since is not None or state.low_streak > 0 or below
     gap = cfg.canary_soon if doubt else cfg.canary_interval
     if state.last_valid is not None and t - state.last_valid < gap:
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -398,3 +399,15 @@ def test_a_canary_short_of_recover_fraction_brings_the_next_one_sooner() -> None
     assert wanted(state, 301.0, CFG)  # 0.85: not low yet, but on its way
     assert not wanted(replace(state, health=0.95), 301.0, CFG)
     assert wanted(replace(state, health=0.95), 1801.0, CFG)
+
+
+def test_a_prompt_drafting_nothing_accepted_is_judged_not_a_crash() -> None:
+    """Health 0 for one prompt (nothing accepted): the fire says what the baseline was."""
+    engine, state = Engine(), COUNTERS_ONLY
+    state, _ = judge(state, canary(engine, 25.0), CFG)
+    engine.scale = 0.0
+    fire = None
+    for t in (400.0, 800.0):
+        state, fire = judge(state, canary(engine, t), CFG)
+    assert fire is not None and fire.health == 0.0 and fire.acceptance == 0.0
+    assert fire.baseline == pytest.approx(statistics.mean(dict(state.baseline).values()))

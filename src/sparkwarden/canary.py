@@ -214,7 +214,7 @@ def judge(
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
     now = statistics.mean(a for _, a, _ in judged)
-    then = statistics.mean(a / h for _, a, h in judged)
+    then = statistics.mean(dict(state.baseline)[p] for p, _, _ in judged)
     return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
 
 

@@ -2,13 +2,13 @@
 
 The baseline for the overhead benchmark: pause voice, docker stop, sync + drop caches,
 docker start, poll /health, one chat request, unpause voice. No journal, no checks, no lock.
-Usage: bare_restart.py LLM PORT POLL_S VOICE...
+Usage: bare_restart.py LLM PORT POLL_S [VOICE...]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import time
 
 import docker
@@ -44,4 +44,12 @@ def main(llm: str, port: int, poll: float, voice: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("llm", help="the LLM container's name")
+    parser.add_argument("port", type=int, help="its OpenAI port on 127.0.0.1")
+    parser.add_argument("poll", type=float, help="seconds between /health polls")
+    parser.add_argument("voice", nargs="*", help="voice containers to pause around it")
+    args = parser.parse_args()
+    raise SystemExit(main(args.llm, args.port, args.poll, args.voice))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from devtools.standin.vllm_standin import Counters, conditional, exposition, prompt_class
-from sparkwarden.canary import Reading, Round
+from sparkwarden.canary_round import Reading, Round
 
 K = 5
 #: tokens the KV cache holds (vllm:kv_cache_usage_perc = tokens held / this)
@@ -209,18 +209,28 @@ def lines(s: Scenario) -> Iterator[dict[str, object]]:
 
 
 def canary_round(
-    s: Scenario, t: float, created: float | None, prompts: dict[str, str], max_tokens: int
+    s: Scenario,
+    t: float,
+    created: float | None,
+    prompts: dict[str, str],
+    max_tokens: int,
+    own: bool = False,
+    fresh: bool = False,
 ) -> Round:
     """The drafting canary the daemon would take at ``t``: greedy, so each prompt draws the
     same numbers every time (deterministic on an idle engine); a decay moves the thresholds.
-    Its own short context: long-context phases do not touch it."""
+    Its own short context: long-context phases do not touch it. ``own``: the engine reports
+    each request's own stats, so a user arriving does not spoil it (drafts are never trimmed
+    in this corpus: an engine that trims under load would discard some). ``fresh``: greedy is
+    not reproducible (batch-variant kernels flip a token, and the text goes elsewhere): each
+    canary drafts a new sample of its prompt's class, the worst case for a canary's noise."""
     left = s.decay((t - s.start) / 3600)
     readings = []
     for name, text in prompts.items():
         alpha0, tps = CLASSES[prompt_class(text)]
         marginal = decayed(alpha0, s.law, s.decay_kind, left, single=True)
         cond = [p / (marginal[i - 1] if i else 1.0) for i, p in enumerate(marginal)]
-        rng = random.Random(text)
+        rng = random.Random(f"{text}|{t}" if fresh else text)
         drafts, hits, made = 0, [0] * K, 0
         while made < max_tokens:
             drafts += 1
@@ -242,8 +252,11 @@ def canary_round(
                 accepted=float(sum(hits)),
                 per_pos=tuple(h / drafts for h in hits),
                 seconds=drafts * step_s,
+                source="own" if own else "counters",
             )
         )
+    if own:
+        return Round(t, tuple(readings), created, own_stats=True)
     # a user who arrives while it runs spoils it (the daemon discards it and tries again)
     hour = int((t % 86400) / 3600) % 24
     arrivals = s.load.get(hour, 0.0) / REQUEST_S
@@ -254,7 +267,7 @@ def canary_round(
             readings[-1], valid=False, why="other requests running or waiting after it"
         )
         readings[-1] = spoilt
-    return Round(t, tuple(readings), created)
+    return Round(t, tuple(readings), created, own_stats=False)
 
 
 def write(s: Scenario, path: Path) -> Path:

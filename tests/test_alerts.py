@@ -124,6 +124,18 @@ def test_readme_command_fails_on_a_broken_rule(tmp_path: Path) -> None:
 # --- the exporter: what RestartFailed reads ------------------------------------------------------
 
 
+def test_an_operators_free_text_never_becomes_a_label_value(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, clock=lambda: 1000.0)
+    try:
+        for text in ("manual", "manual:after the driver update", "manual:night of 3 Dec"):
+            journal.end_run(journal.begin_run(text), "ok")
+        journal.end_run(journal.begin_run("crash"), "failed", "never healthy")
+        counts = {(r["reason"], r["result"]): r["count"] for r in journal.run_counts()}
+    finally:
+        journal.close()
+    assert counts == {("manual", "ok"): 3, ("crash", "failed"): 1}
+
+
 def test_last_finished_run_ignores_running_dry_and_interrupted_runs(tmp_path: Path) -> None:
     now = [1000.0]
     journal = Journal(tmp_path, clock=lambda: now[0])

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
+
+import pytest
 
 from sparkwarden.acceptance import AcceptanceState
 from sparkwarden.canary import (
     WORKLOAD_NOT_DRAFTER,
-    Answer,
     CanaryState,
-    Round,
     judge,
-    measure,
     observe,
     snapshot,
     status_note,
-    take,
     tell,
     waiting_too_long,
     wanted,
 )
+from sparkwarden.canary_round import Answer, OwnStats, Round, measure, take
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
 
@@ -31,6 +31,8 @@ K = 5
 HEALTHY = {"math": 0.78, "code": 0.75, "prose": 0.30}
 CALM = AcceptanceState(health=1.0, method="shape")
 LOW = AcceptanceState(health=0.5, method="shape")
+#: an engine whose answers are known to carry no stats of their own: canaries only when idle
+COUNTERS_ONLY = CanaryState(own_stats=False)
 
 
 class Engine:
@@ -73,7 +75,7 @@ def canary(engine: Engine, t: float) -> Round:
 
 
 def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     engine.running = 2
     state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
     assert not due
@@ -90,7 +92,7 @@ def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
 
 
 def test_a_suspicious_passive_estimate_brings_the_canary_sooner_still_only_when_idle() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
     state, _ = judge(state, canary(engine, 30.0), CFG)
     state, due = observe(state, engine.metrics(), LOW, 400.0, CFG)
@@ -103,7 +105,7 @@ def test_a_suspicious_passive_estimate_brings_the_canary_sooner_still_only_when_
 
 
 def test_foreign_traffic_during_a_canary_discards_it_and_it_is_retried() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
 
     def ask_with_company(prompt: str) -> Answer:
         engine.draft(300, 0.3)  # a user's request slipped in between our scrapes
@@ -159,7 +161,7 @@ def test_per_position_acceptance_is_read_from_the_deltas() -> None:
 
 
 def test_the_canary_learns_then_fires_only_after_consecutive_low_canaries() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, fire = judge(state, canary(engine, 0.0), CFG)
     assert fire is None and state.baseline_of("math") == canary(Engine(), 0).readings[0].acceptance
     state, fire = judge(state, canary(engine, 1800.0), CFG)
@@ -173,7 +175,7 @@ def test_the_canary_learns_then_fires_only_after_consecutive_low_canaries() -> N
 
 
 def test_one_canary_back_at_recover_fraction_clears_the_streak() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     engine.scale = 0.6
     state, _ = judge(state, canary(engine, 1.0), CFG)
@@ -185,7 +187,7 @@ def test_one_canary_back_at_recover_fraction_clears_the_streak() -> None:
 
 
 def test_an_engine_restart_between_canaries_learns_a_new_baseline() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
     state, _ = judge(state, canary(engine, 30.0), CFG)
     engine.scale = 0.6
@@ -202,7 +204,7 @@ def test_an_engine_restart_between_canaries_learns_a_new_baseline() -> None:
 
 
 def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_drafter() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     state, _ = observe(state, engine.metrics(), LOW, 400.0, CFG)
     state, said = tell(state, CFG)
@@ -219,7 +221,7 @@ def test_low_passive_estimate_with_a_normal_canary_says_the_workload_not_the_dra
 
 
 def test_a_box_that_never_idles_is_reported_not_acted_on() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     engine.running = 3
     state, _ = observe(state, engine.metrics(), LOW, 0.0, CFG)
     state, due = observe(state, engine.metrics(), LOW, 7300.0, CFG)
@@ -235,7 +237,7 @@ def test_a_round_survives_json() -> None:
 
 
 def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
-    engine, state = Engine(), CanaryState()
+    engine, state = Engine(), COUNTERS_ONLY
     state, _ = judge(state, canary(engine, 0.0), CFG)
     assert not wanted(state, 600.0, CFG)
     assert wanted(state, 1800.0, CFG)  # owed, though the engine may be busy
@@ -247,3 +249,165 @@ def test_a_canary_is_owed_while_busy_so_the_daemon_looks_every_tick() -> None:
     state, _ = judge(state, canary(engine, 1000.0), CFG)
     assert state.low_streak == 1 and state.suspicious_since is None
     assert wanted(state, 1300.0, CFG)  # a low canary is reason enough to look again soon
+
+
+# --- a canary reading its own stats (vLLM --per-request-spec-decode-metrics) ----------------
+
+
+def own_stats(alpha: float, scale: float = 1.0, steps: int = 40, trimmed: int = 0) -> OwnStats:
+    """What vLLM 0.33 reports for one greedy request: a histogram of draft tokens accepted per
+    verify step (bonus excluded), ``trimmed`` steps proposing one token fewer than K."""
+    reached = [round(steps * scale * alpha * (0.8 * alpha) ** i) for i in range(K)]
+    histogram = [steps - reached[0]]
+    histogram += [reached[i - 1] - reached[i] for i in range(1, K)] + [reached[-1]]
+    return OwnStats(
+        acceptance_histogram=tuple(histogram),
+        num_spec_steps=steps,
+        num_draft_tokens=steps * K - trimmed,
+        num_spec_tokens=K,
+    )
+
+
+def ask_own(engine: Engine, prompt: str) -> Answer:
+    """A busy engine: users draft around the request, which reports its own stats."""
+    engine.draft(500, 0.3)
+    alpha = next(a for name, a in HEALTHY.items() if name in prompt)
+    made = engine.draft(40, alpha)
+    return Answer(True, made, 1.5, own=own_stats(alpha, engine.scale))
+
+
+def test_own_stats_count_under_load_and_give_acceptance_per_position() -> None:
+    engine = Engine()
+    engine.running = 3  # never idle: the counters' way could not count this
+    taken = take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 25.0)
+    assert taken.valid and taken.own_stats is True
+    math = taken.readings[0]
+    assert math.source == "own" and math.drafts == 40 and math.draft_tokens == 40 * K
+    expected = [round(40 * 0.78 * (0.8 * 0.78) ** i) / 40 for i in range(K)]
+    assert math.per_pos == pytest.approx(expected)
+    assert math.acceptance == pytest.approx(sum(expected) / K)
+
+
+def test_own_stats_with_trimmed_drafts_do_not_count_unless_detailed_shows_the_full_steps() -> None:
+    stats = own_stats(0.78, trimmed=3)
+    reading = measure("math", None, None, Answer(True, 60, 1.0, own=stats))
+    assert not reading.valid and "trimmed" in reading.why
+    # detailed: the per-step arrays tell which steps proposed all K; only those are read
+    accepted = (5, 0, 1, 2, 5, 3)
+    drafted = (5, 5, 2, 5, 5, 4)
+    detailed = OwnStats(
+        acceptance_histogram=(1, 1, 1, 1, 0, 2),
+        num_spec_steps=6,
+        num_draft_tokens=sum(drafted),
+        num_spec_tokens=K,
+        per_step_accepted=accepted,
+        per_step_drafted=drafted,
+    )
+    reading = measure("math", None, None, Answer(True, 20, 1.0, own=detailed))
+    assert reading.valid and reading.drafts == 4  # steps 0, 1, 3, 4
+    assert reading.per_pos == pytest.approx((3 / 4, 3 / 4, 2 / 4, 2 / 4, 2 / 4))
+
+
+def test_unreadable_own_stats_name_what_is_wrong() -> None:
+    bad = OwnStats.parse(
+        {
+            "acceptance_histogram": [1, 2],
+            "num_spec_steps": 3,
+            "num_draft_tokens": 15,
+            "num_spec_tokens": 5,
+        }
+    )
+    assert isinstance(bad, str) and "2 buckets" in bad and "num_spec_tokens 5" in bad
+    missing = OwnStats.parse({"acceptance_histogram": [3, 0], "num_spec_steps": 3})
+    assert isinstance(missing, str) and "num_draft_tokens" in missing
+    reading = measure("math", None, None, Answer(True, 10, 1.0, own=bad))
+    assert not reading.valid and reading.why == bad
+
+
+def test_with_own_stats_a_canary_goes_under_light_load_not_while_users_wait() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 3
+    state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    assert due and state.own_stats is None  # not known yet: one canary under load finds out
+    state, _ = judge(state, take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 5.0), CFG)
+    assert state.own_stats and state.valid_count == 1
+    state, due = observe(state, engine.metrics(), LOW, 400.0, CFG)
+    assert due  # suspicious, busy, yet a canary can count: it goes now
+    engine.waiting = 1
+    state, due = observe(state, engine.metrics(), LOW, 410.0, CFG)
+    assert not due  # it would take a waiting user's place
+    engine.waiting, engine.running = 0, 9
+    state, due = observe(state, engine.metrics(), LOW, 420.0, CFG)
+    assert not due  # above canary_max_running (8)
+    idle_only = CFG.model_copy(update={"canary_max_running": 0})
+    engine.running = 1
+    state, due = observe(state, engine.metrics(), LOW, 430.0, idle_only)
+    assert not due
+
+
+def test_the_first_canary_finds_out_whether_answers_carry_their_own_stats() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 2
+    state, due = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    assert due  # unknown: one canary under load finds out
+    state, _ = judge(state, take(PROMPTS, engine.metrics, engine.ask, 1.0), CFG)
+    assert state.own_stats is False and state.discarded == 1  # counters, and others ran
+    assert "other" in state.note
+    state, due = observe(state, engine.metrics(), LOW, 600.0, CFG)
+    assert not due
+
+
+def test_own_stats_outlive_an_engine_restart_and_go_when_answers_lack_them() -> None:
+    engine, state = Engine(), CanaryState()
+    state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    state, _ = judge(state, take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 5.0), CFG)
+    fresh = Engine(created=5000.0)
+    state, _ = observe(state, fresh.metrics(), CALM, 100.0, CFG)
+    assert state.baseline == () and state.own_stats  # new baseline, same engine flags
+    fresh.running = 2  # recreated without the flag: the answer says so, and idle rules again
+    state, _ = judge(state, take(PROMPTS, fresh.metrics, fresh.ask, 200.0), CFG)
+    assert state.own_stats is False and state.discarded == 1
+    state, due = observe(state, fresh.metrics(), LOW, 600.0, CFG)
+    assert not due  # busy, and a canary here could not count
+
+
+def test_a_decay_seen_through_own_stats_fires_under_load() -> None:
+    engine, state = Engine(), CanaryState()
+    engine.running = 4
+    state, _ = observe(state, engine.metrics(), CALM, 0.0, CFG)
+    fires = []
+    for n, scale in enumerate((1.0, 1.0, 0.5, 0.5)):
+        engine.scale = scale
+        taken = take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 10.0 + 400 * n)
+        state, fire = judge(state, taken, CFG)
+        fires.append(fire)
+    assert fires[:3] == [None, None, None] and fires[3] is not None
+    assert fires[3].health == pytest.approx(0.5, abs=0.02)  # rounding to whole steps
+    assert "2 valid canaries in a row" in fires[3].why
+
+
+def test_a_round_with_own_stats_survives_record_and_replay() -> None:
+    engine = Engine()
+    engine.running = 2
+    taken = take(PROMPTS, engine.metrics, lambda p: ask_own(engine, p), 25.0)
+    again = Round.from_json(taken.to_json())
+    assert again == taken and again.readings[0].source == "own"
+
+
+def test_a_canary_short_of_recover_fraction_brings_the_next_one_sooner() -> None:
+    state = replace(COUNTERS_ONLY, last_valid=0.0, last_try=0.0, health=0.85)
+    assert wanted(state, 301.0, CFG)  # 0.85: not low yet, but on its way
+    assert not wanted(replace(state, health=0.95), 301.0, CFG)
+    assert wanted(replace(state, health=0.95), 1801.0, CFG)
+
+
+def test_a_prompt_drafting_nothing_accepted_is_judged_not_a_crash() -> None:
+    """Health 0 for one prompt (nothing accepted): the fire says what the baseline was."""
+    engine, state = Engine(), COUNTERS_ONLY
+    state, _ = judge(state, canary(engine, 25.0), CFG)
+    engine.scale = 0.0
+    fire = None
+    for t in (400.0, 800.0):
+        state, fire = judge(state, canary(engine, t), CFG)
+    assert fire is not None and fire.health == 0.0 and fire.acceptance == 0.0
+    assert fire.baseline == pytest.approx(statistics.mean(dict(state.baseline).values()))

@@ -199,7 +199,7 @@ def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
 
 
 def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
-    from sparkwarden import canary
+    from sparkwarden import canary_round
     from sparkwarden.metrics import SpecDecode
 
     on = cfg(acceptance={"enabled": True, "canary_idle": "20s"})
@@ -210,9 +210,9 @@ def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() ->
     mind, intents = decide.on_scrape(mind, idle, T + 25, on)
     assert do.TakeCanary(T + 25) in intents
 
-    def taken(t: float, accepted: float) -> canary.Round:
-        reading = canary.Reading("math", True, "valid", 40.0, 200.0, accepted, (0.5,), 1.0)
-        return canary.Round(t, (reading,), 1.0)
+    def taken(t: float, accepted: float) -> canary_round.Round:
+        reading = canary_round.Reading("math", True, "valid", 40.0, 200.0, accepted, (0.5,), 1.0)
+        return canary_round.Round(t, (reading,), 1.0)
 
     mind, intents = decide.on_canary(mind, taken(T + 25, 100.0), "vllm", on)
     assert "drafting_canary" in events(intents) and mind.canary.baseline == (("math", 0.5),)

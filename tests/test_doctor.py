@@ -116,3 +116,29 @@ def test_stop_timeouts_shorter_than_vllms_own_drain() -> None:
     assert "shutdown-timeout" not in checks(attrs("vllm", "serve", "m", stop=30), 30.0)
     bad = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "soon"))
     assert bad["shutdown-timeout"].severity == "error"
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--per-request-spec-decode-metrics", "summary"],
+        ["--per-request-spec-decode-metrics=detailed"],
+        ["--per_request_spec_decode_metrics", "summary"],
+    ],
+)
+def test_a_drafter_without_per_request_stats_is_told_how_canaries_count_under_load(
+    flag: list[str],
+) -> None:
+    found = checks(attrs("vllm", "serve", "m", "-sc", SPEC))
+    assert found["per-request-spec-decode-metrics"].severity == "info"
+    assert (
+        "--per-request-spec-decode-metrics summary" in found["per-request-spec-decode-metrics"].fix
+    )
+    assert "per-request-spec-decode-metrics" not in checks(
+        attrs("vllm", "serve", "m", "-sc", SPEC, *flag)
+    )
+    off = checks(
+        attrs("vllm", "serve", "m", "-sc", SPEC, "--per-request-spec-decode-metrics", "none")
+    )
+    assert "per-request-spec-decode-metrics" in off
+    assert "per-request-spec-decode-metrics" not in checks(attrs("vllm", "serve", "m"))

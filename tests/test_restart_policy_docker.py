@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import pytest
 
-from devtools.standin.stage import Stage, wait_healthy
+from devtools.standin.stage import Stage, free_port, wait_healthy
 from tests.commands import run_cli
 from tests.daemonkit import DaemonProcess, wait_for
 from tests.soundness import assert_sound
@@ -144,9 +145,14 @@ def test_leave_docker_restarts_it_and_the_sequence_still_runs(
         "llm", "--crash-after", "3", "--crash-once", start=False, restart_policy=UNLESS_STOPPED
     )
     stt = stage.voice("stt")
-    daemon = start_daemon([llm], port, [stt], llm={"restart_policy": "leave"})
+    listen = f"127.0.0.1:{free_port()}"
+    daemon = start_daemon(
+        [llm], port, [stt], llm={"restart_policy": "leave"}, metrics={"listen": listen}
+    )
     assert policy_of(stage, llm) == "unless-stopped"
     assert '"restart_policy_left_at_risk"' in daemon.text()
+    exported = httpx.get(f"http://{listen}/metrics", timeout=5).text
+    assert "sparkwarden_restart_policies_at_risk 1.0" in exported
     status = daemon.status()
     assert status["restart_policy"] == {
         "mode": "leave",

@@ -4,124 +4,40 @@ Why: the passive estimate (:mod:`sparkwarden.acceptance`) reads drafting health 
 traffic through a model of how acceptance falls with depth, per class of text. Nobody has
 measured that law; a workload that breaks it, or long conversations without a KV-cache signal,
 look like decay. So the passive estimate only raises *suspicion*; what restarts the engine is a
-canary: the same fixed prompts, sent greedy (same tokens every time), only while the engine is
-idle, their acceptance read from the spec-decode counter deltas around each request.
+canary: the same fixed prompts, sent greedy (same tokens every time), their acceptance per
+position measured request by request (:mod:`sparkwarden.canary_round`).
 
-A canary counts only if nothing else ran during it: request gauges 0 before and after each
-request, generation tokens grown by exactly the completion tokens the response reports, and the
-counters neither reset nor went backwards. Otherwise it is discarded and tried again at the next
-idle moment. The first valid canary after each engine start is the baseline, per prompt; a
-canary's health is the median over prompts of its acceptance over the baseline's. ``reason =
-acceptance`` fires after ``consecutive`` valid canaries below ``fraction``; one back at
-``recover_fraction`` clears the streak.
+When a canary is sent: once its interval has passed (``canary_soon`` instead while the passive
+estimate is suspicious or a canary was low), and only while it can count. With the engine's
+counters that means idle (nothing running or waiting for ``canary_idle``): a user arriving
+spoils it, and a busy box rarely idles. An engine that reports each request's own spec-decode
+stats (``--per-request-spec-decode-metrics``, learnt from the answers) lets it count under load,
+so it is also sent while no request waits and at most ``canary_max_running`` run. A discarded
+canary is tried again at the next chance. The first valid canary after each engine start is the
+baseline, per prompt; a canary's health is the median over prompts of its acceptance over the
+baseline's. ``reason = acceptance`` fires after ``consecutive`` valid canaries below
+``fraction``; one back at ``recover_fraction`` clears the streak.
 
 Pure: observations, the passive state and the clock come in; the daemon's shell sends the
-requests (:func:`take` with injected I/O) and ``sparkwarden replay`` feeds recorded outcomes.
+requests (:func:`sparkwarden.canary_round.take` with injected I/O) and ``sparkwarden replay``
+feeds recorded outcomes.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sparkwarden import acceptance
 from sparkwarden.acceptance import AcceptanceState
+from sparkwarden.canary_round import Round, restarted
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
 
 #: what operators read when the live traffic looks bad and the canary does not
 WORKLOAD_NOT_DRAFTER = "drafting looks low; canary normal: the workload, not the drafter"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The response to one canary request, as the adapter saw it."""
-
-    ok: bool
-    completion_tokens: int | None
-    seconds: float
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One prompt's request: what the counters moved by around it, and whether it counts."""
-
-    prompt: str
-    valid: bool
-    why: str
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted: float = 0.0
-    #: accepted tokens per draft, by position (the per-position acceptance)
-    per_pos: tuple[float, ...] = ()
-    seconds: float = 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.draft_tokens if self.draft_tokens else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "prompt": self.prompt,
-            "valid": self.valid,
-            "why": self.why,
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted": self.accepted,
-            "per_pos": list(self.per_pos),
-            "seconds": self.seconds,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Reading:
-        return cls(
-            prompt=str(data["prompt"]),
-            valid=bool(data["valid"]),
-            why=str(data["why"]),
-            drafts=float(data["drafts"]),
-            draft_tokens=float(data["draft_tokens"]),
-            accepted=float(data["accepted"]),
-            per_pos=tuple(float(v) for v in data["per_pos"]),
-            seconds=float(data["seconds"]),
-        )
-
-
-@dataclass(frozen=True)
-class Round:
-    """One canary: a reading per prompt, taken at ``t``; ``created`` names the engine start the
-    counters belonged to (None: unknown)."""
-
-    t: float
-    readings: tuple[Reading, ...]
-    created: float | None
-
-    @property
-    def valid(self) -> bool:
-        return bool(self.readings) and all(r.valid for r in self.readings)
-
-    @property
-    def why(self) -> str:
-        bad = [f"{r.prompt}: {r.why}" for r in self.readings if not r.valid]
-        return "; ".join(bad) if bad else "valid"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "t": self.t,
-            "created": self.created,
-            "readings": [r.to_json() for r in self.readings],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Round:
-        created = data.get("created")
-        return cls(
-            t=float(data["t"]),
-            readings=tuple(Reading.from_json(r) for r in data["readings"]),
-            created=None if created is None else float(created),
-        )
 
 
 @dataclass(frozen=True)
@@ -149,6 +65,10 @@ class CanaryState:
     last_round: Round | None = None
     #: the canary the baseline was learnt from: ``record``, started later, still writes it
     baseline_round: Round | None = None
+    #: the engine's answers carry their own spec-decode stats, so a canary counts under load
+    #: (learnt from the last canary that got an answer; kept across engine restarts; None: not
+    #: known yet, so the first canary may go under load to find out)
+    own_stats: bool | None = None
 
     @property
     def suspicious(self) -> bool:
@@ -158,14 +78,6 @@ class CanaryState:
         return dict(self.baseline).get(prompt)
 
 
-def _restarted(old: SpecDecode | None, new: SpecDecode) -> bool:
-    if old is None:
-        return False
-    if old.created is not None and new.created is not None and old.created != new.created:
-        return True
-    return new.draft_tokens < old.draft_tokens or new.accepted < old.accepted
-
-
 def observe(
     state: CanaryState,
     engine: EngineMetrics | None,
@@ -173,17 +85,20 @@ def observe(
     t: float,
     cfg: AcceptanceConfig,
 ) -> tuple[CanaryState, bool]:
-    """Take one scrape; say whether a canary is due now (idle long enough, and its interval,
-    shorter while the passive estimate is suspicious, has passed)."""
+    """Take one scrape; say whether a canary is due now: its interval (shorter while the passive
+    estimate is suspicious) has passed, and the engine has idled ``canary_idle`` or, when its
+    answers carry their own stats, is :func:`light`."""
     spec = engine.spec if engine is not None else None
-    if spec is not None and _restarted(state.last_spec, spec):
-        state = CanaryState(note="engine restarted: the next valid canary is the new baseline")
+    if spec is not None and restarted(state.last_spec, spec):
+        note = "engine restarted: the next valid canary is the new baseline"
+        state = CanaryState(note=note, own_stats=state.own_stats)
     if spec is not None:
         state = replace(state, last_spec=spec)
     state = _suspicion(state, passive, t, cfg)
     idle = engine is not None and engine.running == 0 and engine.waiting == 0
     if not idle or spec is None:
-        return replace(state, idle_since=None), False
+        state = replace(state, idle_since=None)
+        return state, spec is not None and light(state, engine, cfg) and wanted(state, t, cfg)
     state = state if state.idle_since is not None else replace(state, idle_since=t)
     assert state.idle_since is not None
     if t - state.idle_since < cfg.canary_idle:
@@ -191,18 +106,28 @@ def observe(
     return state, wanted(state, t, cfg)
 
 
+def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfig) -> bool:
+    """Busy, but a canary reading its own stats still counts: nobody waits (it takes no user's
+    place) and at most ``canary_max_running`` run. Also while it is not known yet whether the
+    answers carry their own stats: one canary finds out (discarded if they do not)."""
+    if state.own_stats is False or engine is None or engine.running is None:
+        return False
+    return engine.waiting == 0 and engine.running <= cfg.canary_max_running
+
+
 def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
-    """A canary is owed (its interval, ``canary_soon`` while suspicious or once a canary was
-    low, has passed), idle or not: the daemon then looks every tick, so a short idle spell is
-    not missed."""
+    """A canary is owed (its interval, ``canary_soon`` while in doubt, has passed), idle or not:
+    the daemon then looks every tick, so a short idle spell is not missed."""
     if cfg.confirm != "canary":
         return False
-    # a low passive estimate, or a low canary a streak has begun on: the next one sooner
-    doubt = state.suspicious_since is not None or state.low_streak > 0
+    # a low passive estimate, or a canary short of recover_fraction (a streak begun, or on
+    # its way there): the next one sooner
+    below = state.health is not None and state.health < cfg.recover_fraction
+    doubt = state.suspicious_since is not None or state.low_streak > 0 or below
     gap = cfg.canary_soon if doubt else cfg.canary_interval
     if state.last_valid is not None and t - state.last_valid < gap:
         return False
-    # a discarded canary is retried, but not before the engine has idled once more
+    # a discarded canary is retried, but not at once
     return state.last_try is None or t - state.last_try >= cfg.canary_idle
 
 
@@ -236,77 +161,9 @@ def status_note(state: CanaryState, t: float, cfg: AcceptanceConfig) -> str:
         hours = (t - (state.suspicious_since or t)) / 3600
         return (
             f"drafting looks low for {hours:.1f} h and no valid canary could be taken (never "
-            "idle): not acting on it; max_uptime and the schedule still cover it"
+            "idle enough): not acting on it; max_uptime and the schedule still cover it"
         )
     return state.note
-
-
-def measure(
-    prompt: str, before: EngineMetrics | None, after: EngineMetrics | None, answer: Answer
-) -> Reading:
-    """One prompt's reading from the scrapes around its request, or why it does not count."""
-
-    def bad(why: str) -> Reading:
-        return Reading(prompt, False, why, seconds=answer.seconds)
-
-    if not answer.ok:
-        return bad(f"request failed: {answer.detail}")
-    if before is None or after is None or before.spec is None or after.spec is None:
-        return bad("no spec-decode metrics around the request")
-    for when, engine in (("before", before), ("after", after)):
-        if engine.running != 0 or engine.waiting != 0:
-            return bad(f"other requests running or waiting {when} it")
-    old, new = before.spec, after.spec
-    if _restarted(old, new):
-        return bad("counters reset during it (engine restarted)")
-    if answer.completion_tokens is None:
-        return bad("the response reports no usage.completion_tokens")
-    if before.generation_tokens is None or after.generation_tokens is None:
-        return bad("no generation_tokens counter")
-    generated = after.generation_tokens - before.generation_tokens
-    if generated != answer.completion_tokens:
-        return bad(
-            f"generation tokens grew by {generated:.0f}, the response made "
-            f"{answer.completion_tokens}: other traffic"
-        )
-    drafts = new.drafts - old.drafts
-    if drafts <= 0 or new.draft_tokens <= old.draft_tokens:
-        return bad("nothing drafted")
-    per_pos: tuple[float, ...] = ()
-    if len(new.per_pos) == len(old.per_pos):
-        per_pos = tuple((b - a) / drafts for a, b in zip(old.per_pos, new.per_pos, strict=True))
-    return Reading(
-        prompt,
-        True,
-        "valid",
-        drafts=drafts,
-        draft_tokens=new.draft_tokens - old.draft_tokens,
-        accepted=new.accepted - old.accepted,
-        per_pos=per_pos,
-        seconds=answer.seconds,
-    )
-
-
-def take(
-    prompts: Mapping[str, str],
-    scrape: Callable[[], EngineMetrics | None],
-    ask: Callable[[str], Answer],
-    t: float,
-) -> Round:
-    """Send each prompt in turn, scraping before and after; stops at the first that does not
-    count (the engine is not idle any more: the rest would not count either)."""
-    readings: list[Reading] = []
-    before = scrape()
-    created = before.spec.created if before is not None and before.spec is not None else None
-    for name, text in prompts.items():
-        answer = ask(text)
-        after = scrape()
-        reading = measure(name, before, after, answer)
-        readings.append(reading)
-        if not reading.valid:
-            break
-        before = after
-    return Round(t, tuple(readings), created)
 
 
 def judge(
@@ -314,12 +171,15 @@ def judge(
 ) -> tuple[CanaryState, acceptance.Fire | None]:
     """One canary's verdict: discarded, learnt as the baseline, or judged against it."""
     t = canary.t
-    state = replace(state, last_try=t, last_round=canary)
+    own = state.own_stats if canary.own_stats is None else canary.own_stats
+    state = replace(state, last_try=t, last_round=canary, own_stats=own)
     if not canary.valid:
-        note = f"canary discarded ({canary.why}); retried at the next idle moment"
+        note = f"canary discarded ({canary.why}); tried again at the next chance"
         return replace(state, discarded=state.discarded + 1, note=note), None
     if canary.created is not None and state.created not in (None, canary.created):
-        state = CanaryState(last_spec=state.last_spec, last_try=t, last_round=canary)
+        state = CanaryState(
+            last_spec=state.last_spec, last_try=t, last_round=canary, own_stats=state.own_stats
+        )
     state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
     learn = [
         (r.prompt, r.acceptance) for r in canary.readings if state.baseline_of(r.prompt) is None
@@ -354,7 +214,7 @@ def judge(
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
     now = statistics.mean(a for _, a, _ in judged)
-    then = statistics.mean(a / h for _, a, h in judged)
+    then = statistics.mean(dict(state.baseline)[p] for p, _, _ in judged)
     return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
 
 
@@ -374,6 +234,7 @@ def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, A
     all read this one value."""
     return {
         "confirm": cfg.confirm,
+        "own_stats": state.own_stats,
         "health": state.health,
         "baseline": dict(state.baseline),
         "last": {prompt: {"acceptance": a, "health": h} for prompt, a, h in state.last},

@@ -256,11 +256,15 @@ class AcceptanceConfig(_Section):
     consecutive: Annotated[int, Field(ge=1)] = 2
     long_context: Annotated[float, Field(gt=1)] = 4.0
     #: what a low passive estimate needs before it restarts: "canary" (a greedy canary on fixed
-    #: prompts, taken while the engine is idle, must confirm it) or "none" (act on the passive
+    #: prompts, taken when it can count, must confirm it) or "none" (act on the passive
     #: estimate alone: a workload whose deeper positions behave unlike the model can fire it)
     confirm: Literal["canary", "none"] = "canary"
-    #: the engine must have had nothing running or waiting this long before a canary is sent
+    #: the engine must have had nothing running or waiting this long before a canary is sent...
     canary_idle: PositiveDuration = 20.0
+    #: ...unless its answers carry their own spec-decode stats (vLLM's
+    #: --per-request-spec-decode-metrics): then also while nobody waits and at most this many
+    #: requests run (0: only when idle)
+    canary_max_running: Annotated[int, Field(ge=0)] = 8
     #: at most one canary this often...
     canary_interval: PositiveDuration = 1800.0
     #: ...or this often while the passive estimate is suspicious

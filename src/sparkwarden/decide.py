@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 
-from sparkwarden import acceptance, canary, restart_policy, triggers
+from sparkwarden import acceptance, canary, canary_round, restart_policy, triggers
 from sparkwarden.config import Config
 from sparkwarden.facts import RebootRequired
 from sparkwarden.intents import (
@@ -266,7 +266,7 @@ def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_canary(mind: Mind, taken: canary.Round, subject: str, cfg: Config) -> Decision:
+def on_canary(mind: Mind, taken: canary_round.Round, subject: str, cfg: Config) -> Decision:
     """A drafting canary's outcome: the only thing that restarts for ``acceptance`` by default."""
     decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
     state, tell = canary.tell(decided.canary, cfg.acceptance)

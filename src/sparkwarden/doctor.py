@@ -141,6 +141,15 @@ def check_llm(
             "drafter's per-sequence scratch is allocated outside --gpu-memory-utilization",
             f"lower --max-num-seqs (e.g. {RISKY_SEQS}) or leave room for seqs x drafter scratch",
         )
+    if method and flags.get("per-request-spec-decode-metrics", "none") == "none":
+        add(
+            "info",
+            "per-request-spec-decode-metrics",
+            "the drafting canary reads vLLM's counters, which count only while the engine is "
+            "idle: on a busy box it waits for idle spells (hours), and a user arriving spoils it",
+            "add --per-request-spec-decode-metrics summary (vLLM 0.33.0 has it, 0.28.0 does "
+            "not): each answer then carries its own acceptance, and a canary counts under load",
+        )
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
     if policy in FIGHTING:
         add(

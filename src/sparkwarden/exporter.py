@@ -131,6 +131,12 @@ class SnapshotCollector(Collector):
             1.0 if acc.canary.get("waiting_too_long") else 0.0,
         )
         yield gauge(
+            "sparkwarden_restart_policies_at_risk",
+            "Containers Docker may restart behind sparkwarden's back, into the ghost memory "
+            "(llm.restart_policy = leave, or a take-over that failed)",
+            float(len(s.restart_policy.at_risk)),
+        )
+        yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)
         )
         yield gauge(

@@ -283,15 +283,18 @@ class Journal:
         return [float(r["gib"]) for r in rows]
 
     def run_counts(self) -> list[dict[str, Any]]:
-        """How many runs ended how, by reason, and when the newest of each ended (for
-        sparkwarden's own metrics: the counters, and which outcome came last)."""
+        """How many runs ended how, by kind of reason, and when the newest of each ended (for
+        sparkwarden's own metrics: the counters, and which outcome came last). An operator's
+        ``manual:TEXT`` counts as ``manual``: free text never becomes a label value."""
         rows = self._db.execute(
-            "SELECT reason, result, COUNT(*) AS n, MAX(ended_at) AS last_ended"
-            " FROM runs GROUP BY reason, result"
+            "SELECT CASE WHEN instr(reason, ':') > 0"
+            " THEN substr(reason, 1, instr(reason, ':') - 1) ELSE reason END AS kind,"
+            " result, COUNT(*) AS n, MAX(ended_at) AS last_ended"
+            " FROM runs GROUP BY kind, result"
         ).fetchall()
         return [
             {
-                "reason": r["reason"],
+                "reason": r["kind"],
                 "result": r["result"],
                 "count": r["n"],
                 "last_ended_at": r["last_ended"],

@@ -15,7 +15,7 @@ from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.canary import Round
+from sparkwarden.canary_round import Round
 from sparkwarden.config import Config
 from sparkwarden.containers import ContainerState, choose_active
 from sparkwarden.errors import SparkwardenError

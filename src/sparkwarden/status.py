@@ -106,6 +106,10 @@ def local_time(iso: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z")
 
 
+#: where the drafting canary's numbers come from, by ``own_stats``
+SOURCES: dict[bool | None, str] = {True: "own stats", False: "idle only", None: "source unknown"}
+
+
 def _canary_lines(c: dict[str, Any]) -> list[str]:
     """The drafting canary: what it last measured and what it makes of the passive estimate."""
     if c.get("confirm") != "canary":
@@ -113,7 +117,8 @@ def _canary_lines(c: dict[str, Any]) -> list[str]:
     health = c.get("health")
     head = (
         f"canary:      health {'-' if health is None else f'{health:.2f}'}, "
-        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded"
+        f"{c.get('valid', 0)} valid, {c.get('discarded', 0)} discarded, "
+        + SOURCES[c.get("own_stats")]
         + (", SUSPICIOUS" if c.get("suspicious") else "")
     )
     wrapped = textwrap.wrap(c.get("note") or "-", 66)

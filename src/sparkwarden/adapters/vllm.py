@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 import httpx
 
-from sparkwarden import canary as canary_mod
+from sparkwarden import canary_round as canary_mod
 from sparkwarden import metrics
+from sparkwarden.canary_round import OwnStats
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.errors import scrub
 
@@ -60,13 +61,27 @@ def chat_body(
 def completion_tokens(text: str) -> int | None:
     """``usage.completion_tokens`` of an answer: what the drafting canary checks the engine's
     generation counter against (None when the answer does not say)."""
+    usage = _json_object(text).get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def own_stats(text: str) -> OwnStats | str | None:
+    """The answer's own ``metrics.speculative_decoding`` (vLLM started with
+    ``--per-request-spec-decode-metrics``): the stats, why they are unreadable, or None when the
+    answer has none."""
+    found = _json_object(text).get("metrics")
+    spec = found.get("speculative_decoding") if isinstance(found, dict) else None
+    return None if spec is None else OwnStats.parse(spec)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """An answer's JSON object ({} when it is not one)."""
     try:
         payload = json.loads(text)
     except ValueError:
-        return None
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def error_message(payload: object) -> str | None:
@@ -179,13 +194,16 @@ class VllmClient:
             return canary_mod.Answer(False, None, time.monotonic() - began, f"{exc!r}")
         seconds = time.monotonic() - began
         outcome = interpret_chat(response.status_code, response.text)
-        tokens = completion_tokens(response.text) if outcome.ok else None
-        return canary_mod.Answer(outcome.ok, tokens, seconds, outcome.detail)
+        if not outcome.ok:
+            return canary_mod.Answer(False, None, seconds, outcome.detail)
+        text = response.text
+        return canary_mod.Answer(True, completion_tokens(text), seconds, "", own_stats(text))
 
     def drafting_canary(
         self, model: str, cfg: AcceptanceConfig, timeout: float, t: float
     ) -> canary_mod.Round:
-        """One drafting canary: each prompt in turn, /metrics scraped before and after."""
+        """One drafting canary: each prompt in turn, /metrics scraped before and after (the
+        answers' own stats make the scrapes a cross-check only)."""
 
         def scrape() -> metrics.EngineMetrics | None:
             text = self.metrics(timeout=min(timeout, 10.0))

@@ -1,0 +1,324 @@
+"""One drafting canary: its requests, what each measured, and whether it counts.
+
+A canary's acceptance comes from one of two sources, whichever the engine offers:
+
+- **its own stats**: vLLM started with ``--per-request-spec-decode-metrics summary`` (or
+  ``detailed``) puts the request's own spec-decode counts in the response
+  (``metrics.speculative_decoding``: a histogram of draft tokens accepted per verify step).
+  Nobody else's drafts are in them, so such a canary counts under load too; only drafts trimmed
+  under load (fewer than K proposed per step) spoil it, since a short draft cannot reach the
+  deep positions.
+- **counter deltas**: otherwise, the engine's ``vllm:spec_decode_*`` counters around the request.
+  Those are the whole engine's, so the reading counts only if nothing else ran during it:
+  request gauges 0 before and after, generation tokens grown by exactly the completion tokens the
+  response reports, and counters neither reset nor gone backwards.
+
+Pure: the adapter sends the requests and scrapes; :func:`take` gets them injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from sparkwarden.metrics import EngineMetrics, SpecDecode
+
+Source = Literal["own", "counters"]
+
+
+class OwnStats(BaseModel):
+    """vLLM's per-request ``metrics.speculative_decoding`` (0.33.0's ``SpeculativeDecodingMetrics``:
+    ``acceptance_histogram[j]`` counts the verify steps that accepted exactly ``j`` draft tokens,
+    the bonus token excluded). Only the fields a reading needs; the rest is ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    acceptance_histogram: tuple[NonNegativeInt, ...]
+    num_spec_steps: NonNegativeInt
+    num_draft_tokens: NonNegativeInt
+    num_spec_tokens: PositiveInt
+    #: per verify step, in order (``detailed`` only): what it accepted and what it proposed
+    per_step_accepted: tuple[NonNegativeInt, ...] | None = None
+    per_step_drafted: tuple[NonNegativeInt, ...] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OwnStats:
+        k = self.num_spec_tokens
+        if len(self.acceptance_histogram) != k + 1:
+            raise ValueError(
+                f"acceptance_histogram has {len(self.acceptance_histogram)} buckets, "
+                f"num_spec_tokens {k} needs {k + 1}"
+            )
+        if sum(self.acceptance_histogram) != self.num_spec_steps:
+            raise ValueError("acceptance_histogram does not add up to num_spec_steps")
+        steps = (self.per_step_accepted, self.per_step_drafted)
+        if any(s is not None and len(s) != self.num_spec_steps for s in steps):
+            raise ValueError("per_step arrays do not have num_spec_steps entries")
+        if self.per_step_accepted and self.per_step_drafted:
+            pairs = zip(self.per_step_accepted, self.per_step_drafted, strict=True)
+            if any(not a <= d <= k for a, d in pairs):
+                raise ValueError("a step accepted more than it drafted, or drafted more than K")
+        return self
+
+    @classmethod
+    def parse(cls, payload: object) -> OwnStats | str:
+        """The stats, or why they cannot be read (a reading that says so)."""
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "speculative_decoding"
+            return f"per-request spec-decode metrics unreadable ({where}: {first['msg']})"
+
+    def full_histogram(self) -> tuple[int, ...] | None:
+        """The histogram over the steps that proposed all K draft tokens: all of them, or (with
+        ``detailed``) those the arrays show; None when trimmed drafts cannot be told apart."""
+        k = self.num_spec_tokens
+        if self.per_step_accepted is not None and self.per_step_drafted is not None:
+            full = [0] * (k + 1)
+            steps = zip(self.per_step_accepted, self.per_step_drafted, strict=True)
+            for accepted, drafted in steps:
+                if drafted == k:
+                    full[accepted] += 1
+            return tuple(full)
+        if self.num_draft_tokens != k * self.num_spec_steps:
+            return None
+        return self.acceptance_histogram
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The response to one canary request, as the adapter saw it."""
+
+    ok: bool
+    completion_tokens: int | None
+    seconds: float
+    detail: str = ""
+    #: the request's own spec-decode stats, or why they could not be read; None: not offered
+    #: (vLLM without ``--per-request-spec-decode-metrics``)
+    own: OwnStats | str | None = None
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One prompt's request: what it drafted and accepted (by position), and whether it counts."""
+
+    prompt: str
+    valid: bool
+    why: str
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    #: accepted tokens per draft, by position (the per-position acceptance)
+    per_pos: tuple[float, ...] = ()
+    seconds: float = 0.0
+    #: where the numbers came from: the request's own stats, or the engine's counters around it
+    source: Source = "counters"
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.draft_tokens if self.draft_tokens else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "valid": self.valid,
+            "why": self.why,
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "per_pos": list(self.per_pos),
+            "seconds": self.seconds,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reading:
+        return cls(
+            prompt=str(data["prompt"]),
+            valid=bool(data["valid"]),
+            why=str(data["why"]),
+            drafts=float(data["drafts"]),
+            draft_tokens=float(data["draft_tokens"]),
+            accepted=float(data["accepted"]),
+            per_pos=tuple(float(v) for v in data["per_pos"]),
+            seconds=float(data["seconds"]),
+            source="own" if data.get("source") == "own" else "counters",
+        )
+
+
+@dataclass(frozen=True)
+class Round:
+    """One canary: a reading per prompt, taken at ``t``; ``created`` names the engine start the
+    counters belonged to (None: unknown); ``own_stats`` says whether the engine's answers carried
+    their own spec-decode stats (None: no answer came to tell)."""
+
+    t: float
+    readings: tuple[Reading, ...]
+    created: float | None
+    own_stats: bool | None = None
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.readings) and all(r.valid for r in self.readings)
+
+    @property
+    def why(self) -> str:
+        bad = [f"{r.prompt}: {r.why}" for r in self.readings if not r.valid]
+        return "; ".join(bad) if bad else "valid"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "created": self.created,
+            "own_stats": self.own_stats,
+            "readings": [r.to_json() for r in self.readings],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Round:
+        created, own = data.get("created"), data.get("own_stats")
+        return cls(
+            t=float(data["t"]),
+            readings=tuple(Reading.from_json(r) for r in data["readings"]),
+            created=None if created is None else float(created),
+            own_stats=None if own is None else bool(own),
+        )
+
+
+def restarted(old: SpecDecode | None, new: SpecDecode) -> bool:
+    if old is None:
+        return False
+    if old.created is not None and new.created is not None and old.created != new.created:
+        return True
+    return new.draft_tokens < old.draft_tokens or new.accepted < old.accepted
+
+
+def measure(
+    prompt: str, before: EngineMetrics | None, after: EngineMetrics | None, answer: Answer
+) -> Reading:
+    """One prompt's reading, from its own stats when the response has them, else from the
+    scrapes around it; or why it does not count."""
+    if not answer.ok:
+        return _bad(prompt, answer, f"request failed: {answer.detail}")
+    old = before.spec if before is not None else None
+    new = after.spec if after is not None else None
+    if old is not None and new is not None and restarted(old, new):
+        return _bad(prompt, answer, "counters reset during it (engine restarted)")
+    if isinstance(answer.own, str):
+        return _bad(prompt, answer, answer.own)
+    if answer.own is not None:
+        return _from_own(prompt, answer, answer.own)
+    return _from_counters(prompt, before, after, answer)
+
+
+def _bad(prompt: str, answer: Answer, why: str) -> Reading:
+    return Reading(prompt, False, why, seconds=answer.seconds, source=_source(answer))
+
+
+def _source(answer: Answer) -> Source:
+    return "own" if answer.own is not None else "counters"
+
+
+def _from_own(prompt: str, answer: Answer, own: OwnStats) -> Reading:
+    """Per position i, the share of full-length drafts that accepted more than i tokens."""
+    histogram = own.full_histogram()
+    if histogram is None:
+        proposed = own.num_draft_tokens / own.num_spec_steps if own.num_spec_steps else 0.0
+        return _bad(
+            prompt,
+            answer,
+            f"drafts trimmed under load ({proposed:.2f} of {own.num_spec_tokens} tokens "
+            "proposed per step): the deep positions were not all tried",
+        )
+    steps = sum(histogram)
+    if steps == 0:
+        return _bad(prompt, answer, "nothing drafted")
+    k = own.num_spec_tokens
+    per_pos = tuple(sum(histogram[i + 1 :]) / steps for i in range(k))
+    return Reading(
+        prompt,
+        True,
+        "valid",
+        drafts=float(steps),
+        draft_tokens=float(steps * k),
+        accepted=float(sum(j * n for j, n in enumerate(histogram))),
+        per_pos=per_pos,
+        seconds=answer.seconds,
+        source="own",
+    )
+
+
+def _from_counters(
+    prompt: str, before: EngineMetrics | None, after: EngineMetrics | None, answer: Answer
+) -> Reading:
+    """The engine's counters around the request: they count only when nothing else ran."""
+    if before is None or after is None or before.spec is None or after.spec is None:
+        return _bad(prompt, answer, "no spec-decode metrics around the request")
+    for when, engine in (("before", before), ("after", after)):
+        if engine.running != 0 or engine.waiting != 0:
+            return _bad(prompt, answer, f"other requests running or waiting {when} it")
+    old, new = before.spec, after.spec
+    if answer.completion_tokens is None:
+        return _bad(prompt, answer, "the response reports no usage.completion_tokens")
+    if before.generation_tokens is None or after.generation_tokens is None:
+        return _bad(prompt, answer, "no generation_tokens counter")
+    generated = after.generation_tokens - before.generation_tokens
+    if generated != answer.completion_tokens:
+        return _bad(
+            prompt,
+            answer,
+            f"generation tokens grew by {generated:.0f}, the response made "
+            f"{answer.completion_tokens}: other traffic",
+        )
+    drafts = new.drafts - old.drafts
+    if drafts <= 0 or new.draft_tokens <= old.draft_tokens:
+        return _bad(prompt, answer, "nothing drafted")
+    per_pos: tuple[float, ...] = ()
+    if len(new.per_pos) == len(old.per_pos):
+        per_pos = tuple((b - a) / drafts for a, b in zip(old.per_pos, new.per_pos, strict=True))
+    return Reading(
+        prompt,
+        True,
+        "valid",
+        drafts=drafts,
+        draft_tokens=new.draft_tokens - old.draft_tokens,
+        accepted=new.accepted - old.accepted,
+        per_pos=per_pos,
+        seconds=answer.seconds,
+    )
+
+
+def take(
+    prompts: Mapping[str, str],
+    scrape: Callable[[], EngineMetrics | None],
+    ask: Callable[[str], Answer],
+    t: float,
+) -> Round:
+    """Send each prompt in turn, scraping before and after; stops at the first that does not
+    count (the engine is busy or trimming now: the rest would not count either)."""
+    readings: list[Reading] = []
+    own: bool | None = None
+    before = scrape()
+    created = before.spec.created if before is not None and before.spec is not None else None
+    for name, text in prompts.items():
+        answer = ask(text)
+        if answer.ok:
+            own = answer.own is not None
+        after = scrape()
+        reading = measure(name, before, after, answer)
+        readings.append(reading)
+        if not reading.valid:
+            break
+        before = after
+    return Round(t, tuple(readings), created, own)

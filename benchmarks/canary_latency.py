@@ -1,7 +1,7 @@
 """What a drafting canary sent under load costs the users it overlaps, per contention law.
 
     .venv/bin/python benchmarks/canary_latency.py [--laws none,batched:0.05,batched:0.3,serial]
-        [--period 400] [--speedup 5] [--users 3] [--canary-every 40] [--seed 0]
+        [--period 640] [--speedup 8] [--users 3] [--canary-every 80] [--seed 0]
 
 For each law, two runs of the stand-in vLLM as a local process on 127.0.0.1 (``--traffic``,
 no background users, ``--contention LAW``), with the same simulated users: Poisson arrivals at
@@ -238,10 +238,10 @@ def one_law(law: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--laws", default=LAWS, help=f"contention laws ({LAWS})")
-    parser.add_argument("--period", type=float, default=400.0, help="field seconds a run (400)")
-    parser.add_argument("--speedup", type=float, default=5.0, help="stand-in x field pace (5)")
+    parser.add_argument("--period", type=float, default=640.0, help="field seconds a run (640)")
+    parser.add_argument("--speedup", type=float, default=8.0, help="stand-in x field pace (8)")
     parser.add_argument("--users", type=float, default=3.0, help="in the engine on average (3)")
-    parser.add_argument("--canary-every", type=float, default=40.0, help="field seconds (40)")
+    parser.add_argument("--canary-every", type=float, default=80.0, help="field seconds (80)")
     parser.add_argument("--seed", type=int, default=0)
 
 

@@ -20,7 +20,8 @@ from devtools.standin.vllm_standin import (
     parse_args,
     per_request_metrics,
 )
-from sparkwarden.adapters.vllm import chat_body
+from sparkwarden.adapters.vllm import chat_body, own_stats
+from sparkwarden.canary_round import OwnStats
 from sparkwarden.metrics import EngineMetrics, parse
 from tests.daemonkit import wait_for
 
@@ -144,6 +145,10 @@ def test_an_isolated_request_reports_what_it_added_to_the_counters(level: str) -
     same_shape(answer["metrics"], FIXTURE[level]["answer"])
     spec = answer["metrics"]["speculative_decoding"]
     arithmetic(spec)
+    read = own_stats(json.dumps(answer))  # as the drafting canary reads it
+    assert isinstance(read, OwnStats) and read.full_histogram() == tuple(
+        spec["acceptance_histogram"]
+    )
     assert before.spec is not None and after.spec is not None
     assert after.spec.drafts - before.spec.drafts == spec["num_spec_steps"]
     assert after.spec.draft_tokens - before.spec.draft_tokens == spec["num_draft_tokens"]
@@ -192,9 +197,12 @@ def test_drafts_trimmed_under_load_show_in_counters_and_answer() -> None:
     busy = ("--traffic", "math", "--users", "2", "--drafts-per-s", "0")
     with local(*busy, FLAG, "summary", "--trim-above", "2", "--trim-to", "2") as url:
         before = scrape(url)  # the first scrape starts the users' day: 2 running
-        spec = ask(url)["metrics"]["speculative_decoding"]
+        answer = ask(url)
         after = scrape(url)
+    spec = answer["metrics"]["speculative_decoding"]
     arithmetic(spec)
+    read = own_stats(json.dumps(answer))
+    assert isinstance(read, OwnStats) and read.full_histogram() is None  # trimmed: unusable
     assert spec["num_draft_tokens"] == 2 * spec["num_spec_steps"] < 5 * spec["num_spec_steps"]
     assert max(i for i, h in enumerate(spec["acceptance_histogram"]) if h) <= 2
     assert before.spec is not None and after.spec is not None

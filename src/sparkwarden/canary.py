@@ -98,12 +98,12 @@ def observe(
     idle = engine is not None and engine.running == 0 and engine.waiting == 0
     if not idle or spec is None:
         state = replace(state, idle_since=None)
-        return state, spec is not None and light(state, engine, cfg) and wanted(state, t, cfg)
-    state = state if state.idle_since is not None else replace(state, idle_since=t)
-    assert state.idle_since is not None
-    if t - state.idle_since < cfg.canary_idle:
+    elif state.idle_since is None:
+        state = replace(state, idle_since=t)
+    if spec is None:
         return state, False
-    return state, wanted(state, t, cfg)
+    idled = state.idle_since is not None and t - state.idle_since >= cfg.canary_idle
+    return state, (idled or light(state, engine, cfg)) and wanted(state, t, cfg)
 
 
 def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfig) -> bool:

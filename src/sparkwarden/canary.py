@@ -13,10 +13,12 @@ counters that means idle (nothing running or waiting for ``canary_idle``): a use
 spoils it, and a busy box rarely idles. An engine that reports each request's own spec-decode
 stats (``--per-request-spec-decode-metrics``, learnt from the answers) lets it count under load,
 so it is also sent while no request waits and at most ``canary_max_running`` run. A discarded
-canary is tried again at the next chance. The first valid canary after each engine start is the
-baseline, per prompt; a canary's health is the median over prompts of its acceptance over the
-baseline's. ``reason = acceptance`` fires after ``consecutive`` valid canaries below
-``fraction``; one back at ``recover_fraction`` clears the streak.
+canary is tried again at the next chance. The baseline is each prompt's acceptance pooled over
+its first ``canary_learn`` valid canaries after an engine start; a canary's health is the tokens
+it accepted over what the baseline's rates expected on the same drafts (each prompt weighs by
+what it drafts and accepts: a prompt the drafter rarely gets right is mostly noise). ``reason =
+acceptance`` fires after ``consecutive`` valid canaries below ``fraction``; one back at
+``recover_fraction`` clears the streak.
 
 Pure: observations, the passive state and the clock come in; the daemon's shell sends the
 requests (:func:`sparkwarden.canary_round.take` with injected I/O) and ``sparkwarden replay``
@@ -25,7 +27,6 @@ feeds recorded outcomes.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -184,15 +185,15 @@ def judge(
             last_spec=state.last_spec, last_try=t, last_round=canary, own_stats=state.own_stats
         )
     state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
-    judged = [
-        (r.prompt, r.acceptance, r.acceptance / base)
-        for r in canary.readings
-        if (base := state.baseline_of(r.prompt))
-    ]
+    against = [(r, base) for r in canary.readings if (base := state.baseline_of(r.prompt))]
+    judged = [(r.prompt, r.acceptance, r.acceptance / base) for r, base in against]
     state, learnt = _learn(state, canary, cfg)
     if not judged:
         return replace(state, note=learnt), None
-    health = statistics.median(h for _, _, h in judged)
+    drafted = sum(r.draft_tokens for r, _ in against)
+    now = sum(r.accepted for r, _ in against) / drafted
+    then = sum(base * r.draft_tokens for r, base in against) / drafted
+    health = now / then
     if health < cfg.fraction:
         streak = state.low_streak + 1
     elif health >= cfg.recover_fraction:
@@ -210,8 +211,6 @@ def judge(
         f"drafting canary at {health:.2f} of its baseline, below {cfg.fraction:g}, for "
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
-    now = statistics.mean(a for _, a, _ in judged)
-    then = statistics.mean(dict(state.baseline)[p] for p, _, _ in judged)
     return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
 
 

@@ -23,8 +23,14 @@ from sparkwarden.canary_round import Answer, OwnStats, Round, measure, take
 from sparkwarden.config import AcceptanceConfig
 from sparkwarden.metrics import EngineMetrics, SpecDecode
 
+#: one canary learns the baseline here (pooling has its own test)
 CFG = AcceptanceConfig(
-    canary_idle=20, canary_interval=1800, canary_soon=300, canary_max_wait=7200, consecutive=2
+    canary_idle=20,
+    canary_interval=1800,
+    canary_soon=300,
+    canary_max_wait=7200,
+    consecutive=2,
+    canary_learn=1,
 )
 K = 5
 #: greedy acceptance of each shipped prompt on a healthy engine
@@ -411,3 +417,23 @@ def test_a_prompt_drafting_nothing_accepted_is_judged_not_a_crash() -> None:
         state, fire = judge(state, canary(engine, t), CFG)
     assert fire is not None and fire.health == 0.0 and fire.acceptance == 0.0
     assert fire.baseline == pytest.approx(statistics.mean(dict(state.baseline).values()))
+
+
+def test_the_baseline_is_pooled_over_the_first_canaries_which_come_soon() -> None:
+    pooled = CFG.model_copy(update={"canary_learn": 3})
+    engine, state = Engine(), COUNTERS_ONLY
+    for n, scale in enumerate((1.2, 0.8, 1.0)):  # greedy not reproducible: samples vary
+        engine.scale = scale
+        state, fire = judge(state, canary(engine, 25.0 + 300 * n), pooled)
+        assert fire is None and state.health is None  # nothing judged while learning
+        if n < 2:
+            assert state.baseline == () and f"{n + 1} of 3 canaries" in state.note
+            assert wanted(state, 25.0 + 300 * n + 301, pooled)  # the next soon, not in 30 min
+    assert dict(state.baseline)["math"] == pytest.approx(
+        sum(0.78 * (0.8 * 0.78) ** i for i in range(K)) / K
+    )  # the pooled mean, not the first
+    assert "learnt over 3 canaries" in state.note and len(state.baseline_rounds) == 3
+    assert not wanted(state, 25.0 + 600 + 301, pooled)  # learnt: back to the interval
+    engine.scale = 1.0
+    state, _ = judge(state, canary(engine, 2500.0), pooled)
+    assert state.health == pytest.approx(1.0)

@@ -12,10 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
-from sparkwarden import control
+from sparkwarden import control, metrics
 from sparkwarden.canary import WORKLOAD_NOT_DRAFTER
 from tests.commands import run_cli, running_step, start_cli
 from tests.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
@@ -229,6 +230,64 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     replayed = json.loads(run_cli(daemon.config, "replay", str(trace), "--json").stdout)
     assert [(f["by"], f["why"]) for f in replayed["fires"]] == [("canary", why)]
     assert replayed["canaries"] >= 4
+
+
+#: The same users, never idle: busy the whole time (3 requests running), so a canary read from
+#: the engine's counters can never count.
+NEVER_IDLE = (*SWINGING[: SWINGING.index("--idle-for")], "--idle-for", "0", *SWINGING[-2:])
+OWN_STATS = ("--per-request-spec-decode-metrics", "summary")
+PER_TOKEN_DECAY = ("--decay-kind", "per-token", "--decay-after", "15", "--decay-over", "1")
+
+
+def test_a_never_idle_engine_reporting_its_own_stats_is_confirmed_under_load(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """vLLM's per-request spec-decode metrics: a canary counts while users run, so a decay on
+    a box that never idles is confirmed and restarted, once."""
+    llm, port = stage.llm(
+        "llm", *NEVER_IDLE, *OWN_STATS, *PER_TOKEN_DECAY, "--decay-once", "/tmp/decayed"
+    )
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
+    assert run["result"] == "ok"
+    assert run["plan"]["why"].startswith("drafting canary at ")
+    taken = [c for c in canaries(daemon) if c["valid"]]
+    assert len(taken) >= 3 and all(c["own_stats"] is True for c in taken)
+    engine = metrics.parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+    assert (engine.running or 0) >= 3  # the users never left: the counters' way cannot count
+    canary = daemon.status()["acceptance"]["canary"]
+    assert canary["own_stats"] is True
+    assert "own stats" in run_cli(daemon.config, "status").stdout
+    ended = datetime.fromisoformat(run["ended_at"]).timestamp()
+    wait_for(
+        "two valid canaries after the restart, under load",
+        lambda: sum(c["valid"] for c in canaries(daemon) if c["t"] > ended) >= 2,
+        timeout=60,
+    )
+    assert len(daemon.runs_with("acceptance", finished=False)) == 1
+
+
+def test_a_never_idle_engine_without_its_own_stats_is_reported_never_restarted(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """Without them, the first canary finds out (discarded: others ran), later ones wait for
+    an idle moment that never comes, and a decay is said in status, not acted on."""
+    llm, port = stage.llm("llm", *NEVER_IDLE, *PER_TOKEN_DECAY)
+    wait_healthy(port)
+    patient = {**CANARY_FAST, "canary_max_wait": "20s"}
+    daemon = start_daemon([llm], port, [], acceptance=patient)
+    status = wait_for(
+        "status saying no valid canary could be taken",
+        lambda: (s := daemon.status())["acceptance"]["canary"]["waiting_too_long"] and s,
+        timeout=150,
+    )
+    canary = status["acceptance"]["canary"]
+    assert canary["own_stats"] is False and canary["valid"] == 0 and canary["discarded"] >= 1
+    assert "no valid canary could be taken" in canary["note"]
+    shown = run_cli(daemon.config, "status").stdout
+    assert "idle only" in shown and "SUSPICIOUS" in shown
+    assert daemon.history() == [], "evidence no canary could confirm must not restart anything"
 
 
 def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> None:

@@ -13,10 +13,12 @@ counters that means idle (nothing running or waiting for ``canary_idle``): a use
 spoils it, and a busy box rarely idles. An engine that reports each request's own spec-decode
 stats (``--per-request-spec-decode-metrics``, learnt from the answers) lets it count under load,
 so it is also sent while no request waits and at most ``canary_max_running`` run. A discarded
-canary is tried again at the next chance. The first valid canary after each engine start is the
-baseline, per prompt; a canary's health is the median over prompts of its acceptance over the
-baseline's. ``reason = acceptance`` fires after ``consecutive`` valid canaries below
-``fraction``; one back at ``recover_fraction`` clears the streak.
+canary is tried again at the next chance. The baseline is each prompt's acceptance pooled over
+its first ``canary_learn`` valid canaries after an engine start; a canary's health is the tokens
+it accepted over what the baseline's rates expected on the same drafts (each prompt weighs by
+what it drafts and accepts: a prompt the drafter rarely gets right is mostly noise). ``reason =
+acceptance`` fires after ``consecutive`` valid canaries below ``fraction``; one back at
+``recover_fraction`` clears the streak.
 
 Pure: observations, the passive state and the clock come in; the daemon's shell sends the
 requests (:func:`sparkwarden.canary_round.take` with injected I/O) and ``sparkwarden replay``
@@ -25,7 +27,6 @@ feeds recorded outcomes.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -51,6 +52,8 @@ class CanaryState:
     last_valid: float | None = None
     #: acceptance of each prompt in the first valid canary after the engine started
     baseline: tuple[tuple[str, float], ...] = ()
+    #: per prompt still being learnt: (prompt, accepted, drafted tokens, canaries so far)
+    learning: tuple[tuple[str, float, float, int], ...] = ()
     health: float | None = None
     #: per prompt in the last valid canary: (acceptance, health)
     last: tuple[tuple[str, float, float], ...] = ()
@@ -63,8 +66,8 @@ class CanaryState:
     note: str = "no canary yet"
     #: the last canary taken, valid or not: status shows it and ``record`` keeps it
     last_round: Round | None = None
-    #: the canary the baseline was learnt from: ``record``, started later, still writes it
-    baseline_round: Round | None = None
+    #: the canaries the baseline was learnt from: ``record``, started later, still writes them
+    baseline_rounds: tuple[Round, ...] = ()
     #: the engine's answers carry their own spec-decode stats, so a canary counts under load
     #: (learnt from the last canary that got an answer; kept across engine restarts; None: not
     #: known yet, so the first canary may go under load to find out)
@@ -90,7 +93,7 @@ def observe(
     answers carry their own stats, is :func:`light`."""
     spec = engine.spec if engine is not None else None
     if spec is not None and restarted(state.last_spec, spec):
-        note = "engine restarted: the next valid canary is the new baseline"
+        note = "engine restarted: the next valid canaries are the new baseline"
         state = CanaryState(note=note, own_stats=state.own_stats)
     if spec is not None:
         state = replace(state, last_spec=spec)
@@ -98,12 +101,12 @@ def observe(
     idle = engine is not None and engine.running == 0 and engine.waiting == 0
     if not idle or spec is None:
         state = replace(state, idle_since=None)
-        return state, spec is not None and light(state, engine, cfg) and wanted(state, t, cfg)
-    state = state if state.idle_since is not None else replace(state, idle_since=t)
-    assert state.idle_since is not None
-    if t - state.idle_since < cfg.canary_idle:
+    elif state.idle_since is None:
+        state = replace(state, idle_since=t)
+    if spec is None:
         return state, False
-    return state, wanted(state, t, cfg)
+    idled = state.idle_since is not None and t - state.idle_since >= cfg.canary_idle
+    return state, (idled or light(state, engine, cfg)) and wanted(state, t, cfg)
 
 
 def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfig) -> bool:
@@ -123,7 +126,8 @@ def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
     # a low passive estimate, or a canary short of recover_fraction (a streak begun, or on
     # its way there): the next one sooner
     below = state.health is not None and state.health < cfg.recover_fraction
-    doubt = state.suspicious_since is not None or state.low_streak > 0 or below
+    learning = bool(state.learning)  # a baseline half learnt: finish it soon
+    doubt = state.suspicious_since is not None or state.low_streak > 0 or below or learning
     gap = cfg.canary_soon if doubt else cfg.canary_interval
     if state.last_valid is not None and t - state.last_valid < gap:
         return False
@@ -181,21 +185,15 @@ def judge(
             last_spec=state.last_spec, last_try=t, last_round=canary, own_stats=state.own_stats
         )
     state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
-    learn = [
-        (r.prompt, r.acceptance) for r in canary.readings if state.baseline_of(r.prompt) is None
-    ]
-    judged = [
-        (r.prompt, r.acceptance, r.acceptance / base)
-        for r in canary.readings
-        if (base := state.baseline_of(r.prompt))
-    ]
-    state = replace(state, baseline=state.baseline + tuple(learn))
-    if learn and state.baseline_round is None:
-        state = replace(state, baseline_round=canary)
+    against = [(r, base) for r in canary.readings if (base := state.baseline_of(r.prompt))]
+    judged = [(r.prompt, r.acceptance, r.acceptance / base) for r, base in against]
+    state, learnt = _learn(state, canary, cfg)
     if not judged:
-        shown = ", ".join(f"{p} {a:.1%}" for p, a in learn)
-        return replace(state, note=f"canary baseline learnt: {shown}"), None
-    health = statistics.median(h for _, _, h in judged)
+        return replace(state, note=learnt), None
+    drafted = sum(r.draft_tokens for r, _ in against)
+    now = sum(r.accepted for r, _ in against) / drafted
+    then = sum(base * r.draft_tokens for r, base in against) / drafted
+    health = now / then
     if health < cfg.fraction:
         streak = state.low_streak + 1
     elif health >= cfg.recover_fraction:
@@ -213,9 +211,34 @@ def judge(
         f"drafting canary at {health:.2f} of its baseline, below {cfg.fraction:g}, for "
         f"{streak} valid canaries in a row; greedy on fixed prompts: {shown}"
     )
-    now = statistics.mean(a for _, a, _ in judged)
-    then = statistics.mean(dict(state.baseline)[p] for p, _, _ in judged)
     return replace(state, low_streak=0), acceptance.Fire(t, now, then, health, why)
+
+
+def _learn(state: CanaryState, canary: Round, cfg: AcceptanceConfig) -> tuple[CanaryState, str]:
+    """Pool each prompt without a baseline over its first ``canary_learn`` valid canaries: one
+    greedy sample may sit high or low by chance (when greedy is not reproducible), and every
+    later canary is judged against it."""
+    pooled = {p: (a, d, n) for p, a, d, n in state.learning}
+    done: list[tuple[str, float]] = []
+    for r in canary.readings:
+        if state.baseline_of(r.prompt) is not None:
+            continue
+        a, d, n = pooled.get(r.prompt, (0.0, 0.0, 0))
+        a, d, n = a + r.accepted, d + r.draft_tokens, n + 1
+        if n >= cfg.canary_learn:
+            done.append((r.prompt, a / d if d else 0.0))
+            pooled.pop(r.prompt, None)
+        else:
+            pooled[r.prompt] = (a, d, n)
+    if len(state.baseline_rounds) < cfg.canary_learn and (pooled or done):
+        state = replace(state, baseline_rounds=(*state.baseline_rounds, canary))
+    learning = tuple((p, a, d, n) for p, (a, d, n) in pooled.items())
+    state = replace(state, baseline=state.baseline + tuple(done), learning=learning)
+    if done:
+        shown = ", ".join(f"{p} {a:.1%}" for p, a in done)
+        return state, f"canary baseline learnt over {cfg.canary_learn} canaries: {shown}"
+    count = max((n for *_, n in learning), default=0)
+    return state, f"learning the canary baseline: {count} of {cfg.canary_learn} canaries"
 
 
 def tell(state: CanaryState, cfg: AcceptanceConfig) -> tuple[CanaryState, str | None]:
@@ -246,9 +269,7 @@ def snapshot(state: CanaryState, t: float, cfg: AcceptanceConfig) -> dict[str, A
         "last_valid": state.last_valid,
         "note": status_note(state, t, cfg),
         "round": state.last_round.to_json() if state.last_round is not None else None,
-        "baseline_round": (
-            state.baseline_round.to_json() if state.baseline_round is not None else None
-        ),
+        "baseline_rounds": [r.to_json() for r in state.baseline_rounds],
     }
 
 

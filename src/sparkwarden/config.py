@@ -271,6 +271,8 @@ class AcceptanceConfig(_Section):
     canary_soon: PositiveDuration = 300.0
     #: suspicious this long without one valid canary: said in status, still not acted on
     canary_max_wait: PositiveDuration = 7200.0
+    #: each prompt's baseline pooled over its first this many valid canaries after a start
+    canary_learn: Annotated[int, Field(ge=1, le=20)] = 3
     canary_max_tokens: Annotated[int, Field(ge=16, le=4096)] = 128
     canary_seed: int = 0
     #: one request per prompt per canary, greedy; a few classes so one odd prompt cannot decide

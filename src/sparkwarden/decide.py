@@ -271,7 +271,7 @@ def on_canary(mind: Mind, taken: canary_round.Round, subject: str, cfg: Config) 
     decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
     state, tell = canary.tell(decided.canary, cfg.acceptance)
     mind = replace(mind, canary=state)
-    said = {"t": taken.t, "valid": taken.valid, "note": state.note}
+    said = {"t": taken.t, "valid": taken.valid, "own_stats": taken.own_stats, "note": state.note}
     intents: list[Intent] = [Say("info", "drafting_canary", said)]
     if tell:
         intents.append(Notify("drafting_suspect", subject, tell))

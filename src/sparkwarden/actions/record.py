@@ -43,9 +43,8 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     )
     try:
         with out.open("a") as trace:
-            # the daemon's baseline canary first: without it a replay would learn another one
-            first = canary_of(status_mod.read(status_file), "baseline_round")
-            if first is not None:
+            # the daemon's baseline canaries first: without them a replay would learn another
+            for first in baseline_rounds(status_mod.read(status_file)):
                 trace.write(json.dumps({"t": first["t"], "canary": first}) + "\n")
                 last_canary = first
             while not stop.is_set() and (end is None or time.monotonic() < end):
@@ -73,9 +72,19 @@ def run(config: Config, out: Path, interval: float, duration: float | None) -> i
     return 0
 
 
+def _canary(snapshot: dict[str, Any] | None) -> dict[str, Any]:
+    found = ((snapshot or {}).get("acceptance") or {}).get("canary")
+    return found if isinstance(found, dict) else {}
+
+
 def canary_of(snapshot: dict[str, Any] | None, which: str) -> dict[str, Any] | None:
-    """A drafting canary a daemon's status snapshot shows (``round``: the last one taken;
-    ``baseline_round``: the one its baseline was learnt from), if any."""
-    canary = ((snapshot or {}).get("acceptance") or {}).get("canary") or {}
-    found = canary.get(which)
+    """The drafting canary a daemon's status snapshot shows as ``which`` (``round``: the last
+    one taken), if any."""
+    found = _canary(snapshot).get(which)
     return found if isinstance(found, dict) else None
+
+
+def baseline_rounds(snapshot: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The canaries a daemon's canary baseline was learnt from, oldest first."""
+    found = _canary(snapshot).get("baseline_rounds")
+    return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []

@@ -230,7 +230,7 @@ def canary_round(
         alpha0, tps = CLASSES[prompt_class(text)]
         marginal = decayed(alpha0, s.law, s.decay_kind, left, single=True)
         cond = [p / (marginal[i - 1] if i else 1.0) for i, p in enumerate(marginal)]
-        rng = random.Random(f"{text}|{t}" if fresh else text)
+        rng = random.Random(f"{s.seed}|{text}|{t}" if fresh else text)  # each day its own draws
         drafts, hits, made = 0, [0] * K, 0
         while made < max_tokens:
             drafts += 1

@@ -194,13 +194,15 @@ def test_the_watching_daemon_reports_a_failing_gateway_and_leaves_the_engine_alo
                 timeout=60,
             )
             status = daemon.status()
-            text = run_cli(config, "status").stdout
+            shown = run_cli(config, "status")
+            text = shown.stdout
             exported = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
             wait_for("the notification", lambda: hook.got, timeout=30)
         finally:
             gateway.nginx.start()
         assert "FAILED" in status["gateway"]["last"] and status["llm"]["status"] == "running"
         assert f"gateway:     {gateway.url.removesuffix('/v1')}: FAILED" in text
+        assert shown.returncode == 1  # the users' path is down: a person is needed
         assert "sparkwarden_gateway_up 0.0" in exported
         sent = json.loads(hook.got[0]["body"])
         assert sent["event"] == "gateway_failed" and "the engine answers" in sent["summary"]
@@ -209,6 +211,7 @@ def test_the_watching_daemon_reports_a_failing_gateway_and_leaves_the_engine_alo
             lambda: (daemon.status().get("gateway") or {}).get("ok"),
             timeout=60,
         )
+        assert run_cli(config, "status").returncode == 0
         assert daemon.history() == []  # never "fixed" by restarting vLLM
         assert stage.attrs(llm)["State"]["StartedAt"] == started_at
     finally:

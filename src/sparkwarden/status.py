@@ -70,10 +70,14 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def exit_code(snapshot: dict[str, Any]) -> int:
+    """1 when the box needs a person: given up, reboot required, the LLM down, or the users'
+    gateway failing (the engine may be fine, the users are not); 3 when the daemon is down but
+    its last word was sound."""
     if (
         snapshot.get("gave_up")
         or snapshot.get("reboot_required")
         or snapshot.get("llm", {}).get("status") != "running"
+        or (snapshot.get("gateway") or {}).get("ok") is False
     ):
         return EXIT_PROBLEM
     if not snapshot.get("daemon", {}).get("running"):

@@ -821,6 +821,28 @@ def test_a_malformed_api_key_is_refused_at_load_and_never_printed(
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
 
 
+# --- 25. a well-formed key the engine refuses -------------------------------------------------
+
+
+def test_a_key_the_engine_refuses_fails_detect_and_stops_nothing(
+    stage: Stage, make_config: Any, tmp_path: Path
+) -> None:
+    llm, port, stt = serving(stage, "--api-key", SECRET)
+    key = tmp_path / "api-key"
+    key.write_text("sk-sparkwarden-an-old-key\n")
+    config = make_config([llm], port, [stt], llm={"api_key_file": str(key)})
+    before = stage.attrs(llm)["State"]["StartedAt"]
+    result = run_cli(config, "restart", timeout=120)
+    assert result.returncode != 0
+    (run,) = history(config)
+    assert run["result"] == "failed" and "refuses sparkwarden's API key (HTTP 401)" in run["error"]
+    steps = {s["name"]: s["result"] for s in run["steps"]}
+    assert steps["detect"] == "failed" and steps.get("stop_llm") in (None, "skipped"), steps
+    assert stage.attrs(llm)["State"]["StartedAt"] == before  # the engine was never stopped
+    key.write_text(SECRET + "\n")
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
 # --- 24. the wall clock stepped back after runs were recorded ---------------------------------
 
 

@@ -75,6 +75,9 @@ class FakeVllm:
     def served_model(self, timeout: float = 30.0) -> str:
         return "qwen"
 
+    def key_refused(self, timeout: float = 10.0) -> str | None:
+        return None
+
     running: int = 0
 
     def chat(self, model: str, timeout: float) -> ChatOutcome:

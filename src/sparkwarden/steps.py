@@ -157,6 +157,7 @@ class LlmSteps(RunState):
             self.stop_sent = resume.llm_stopped and active.name == resume.container
         else:
             active = choose_active(states, journal.last_container())
+            self._key_accepted(active)
         self.container = active
         journal.set_container(self.id, active.name, active.id)
         candidates = {s.name: s.status for s in states}
@@ -169,6 +170,18 @@ class LlmSteps(RunState):
                 "candidates": candidates,
             },
         )
+
+    def _key_accepted(self, active: ContainerState) -> None:
+        """A key the engine refuses would fail the chat probe after the engine was stopped:
+        the restart could never be proven, so nothing is stopped."""
+        refused = self.parts.vllm.key_refused() if active.up else None
+        if refused is not None:
+            raise StepFailed(
+                "detect",
+                f"{active.name} refuses sparkwarden's API key ({refused}): a restart could not "
+                "be proven, so nothing was stopped; fix llm.api_key_file (or "
+                "$SPARKWARDEN_LLM_API_KEY) to the engine's --api-key",
+            )
 
     def stop_llm(self, active: ContainerState) -> Done:
         docker, timeout = self.parts.docker, self.config.llm.stop_timeout

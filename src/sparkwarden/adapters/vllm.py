@@ -165,6 +165,15 @@ class VllmClient:
         except (httpx.HTTPError, ValueError):
             return None
 
+    def key_refused(self, timeout: float = 10.0) -> str | None:
+        """Whether the engine refuses sparkwarden's API key: ``HTTP 401``/``403`` from
+        ``/v1/models`` (vLLM's ``--api-key`` guards ``/v1``); None when accepted or unknown."""
+        try:
+            response = self._http.get("/v1/models", timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return f"HTTP {response.status_code}" if response.status_code in (401, 403) else None
+
     def chat(self, model: str, timeout: float) -> ChatOutcome:
         try:
             response = self._http.post(

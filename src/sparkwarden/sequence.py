@@ -35,10 +35,10 @@ from sparkwarden.config import Config
 from sparkwarden.containers import choose_active
 from sparkwarden.errors import SparkwardenError, StepFailed, scrub
 from sparkwarden.journal import Journal, StepResult
+from sparkwarden.probes import Probes
 from sparkwarden.steps import (
     Done,
     LlmSteps,
-    Probes,
     VoiceSteps,
     engine_grace,
     name_list,

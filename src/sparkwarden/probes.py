@@ -1,0 +1,110 @@
+"""The proving steps: the started engine answers /health, one real chat request, and then the
+users' path through the gateway. Split from :mod:`sparkwarden.steps` (which stops, drops and
+starts); :mod:`sparkwarden.sequence` calls both in order.
+"""
+
+from __future__ import annotations
+
+from sparkwarden.containers import ContainerState
+from sparkwarden.errors import StepFailed
+from sparkwarden.steps import GATEWAY_TRY, Done, RunState, log
+
+
+class Probes(RunState):
+    """Prove the started engine answers: /health, one real chat, then through the gateway."""
+
+    def wait_health(self, active: ContainerState) -> Done:
+        llm, parts = self.config.llm, self.parts
+        began = parts.monotonic()
+        deadline = began + llm.health_timeout
+        polls, next_note = 0, began + 15.0
+        while True:
+            polls += 1
+            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
+            elapsed = parts.monotonic() - began
+            if health.status == "up":
+                return Done(
+                    f"healthy after {elapsed:.1f}s ({polls} polls)",
+                    {"seconds": round(elapsed, 3), "polls": polls},
+                )
+            state = parts.docker.inspect(active.name)
+            if not state.up:
+                raise StepFailed(
+                    "wait_health",
+                    f"{active.name} exited with code {state.exit_code} while loading"
+                    + (" (OOM-killed)" if state.oom_killed else ""),
+                    {
+                        "seconds": round(elapsed, 3),
+                        "exit_code": state.exit_code,
+                        "oom_killed": state.oom_killed,
+                    },
+                )
+            if parts.should_abort():
+                raise StepFailed(
+                    "wait_health",
+                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s "
+                    f"({active.name} is started and keeps loading)",
+                    {"seconds": round(elapsed, 3), "aborted": True},
+                )
+            if parts.monotonic() + llm.poll_interval > deadline:
+                raise StepFailed(
+                    "wait_health",
+                    f"not healthy within {llm.health_timeout:g}s; last answer: {health.detail}",
+                    {"seconds": round(elapsed, 3), "polls": polls, "last": health.detail},
+                )
+            if parts.monotonic() >= next_note:
+                log.info("still_loading", seconds=round(elapsed), last=health.detail)
+                self.progress("wait_health", f"{elapsed:.0f}s: {health.detail}")
+                next_note += 15.0
+            parts.heartbeat(self._lease("wait_health"))
+            parts.sleep(llm.poll_interval)
+
+    def chat_probe(self) -> Done:
+        llm, parts = self.config.llm, self.parts
+        model = llm.model or parts.vllm.served_model()
+        if not model:
+            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+        began = parts.monotonic()
+        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
+        seconds = round(parts.monotonic() - began, 3)
+        if not outcome.ok:
+            raise StepFailed(
+                "chat_probe",
+                f"/health said 200 but the chat request failed: {outcome.detail}",
+                {"model": model, "seconds": seconds},
+            )
+        return Done(
+            f"{model} {outcome.detail} in {seconds:.1f}s",
+            {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
+        )
+
+    def gateway_probe(self) -> Done:
+        """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
+        gateway, client, parts = self.config.gateway, self.parts.gateway, self.parts
+        if gateway is None or client is None:
+            return Done("no [gateway] configured", skipped=True)
+        began = parts.monotonic()
+        deadline = began + gateway.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            left = max(deadline - parts.monotonic(), 1.0)
+            outcome = client.chat(gateway.model, timeout=min(left, GATEWAY_TRY))
+            lag = round(parts.monotonic() - began, 3)
+            figures = {"url": gateway.url, "model": gateway.model, "attempts": attempts}
+            if outcome.ok:
+                return Done(
+                    f"{gateway.url} {outcome.detail}; the users' path lagged the engine by "
+                    f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
+                    {**figures, "lag_s": lag, "answer": outcome.content[:80]},
+                )
+            if parts.should_abort() or parts.monotonic() + self.config.llm.poll_interval > deadline:
+                raise StepFailed(
+                    "gateway_probe",
+                    f"the gateway {gateway.url} did not answer a chat request for "
+                    f"{gateway.model!r} within {gateway.timeout:g}s, though the engine itself "
+                    f"answered; last: {outcome.detail}",
+                    {**figures, "seconds": lag, "last": outcome.detail},
+                )
+            parts.heartbeat(self._lease("gateway_probe"))
+            parts.sleep(self.config.llm.poll_interval)

@@ -29,7 +29,7 @@ CFG = AcceptanceConfig(
     canary_interval=1800,
     canary_soon=300,
     canary_max_wait=7200,
-    consecutive=2,
+    canary_consecutive=2,
     canary_learn=1,
 )
 K = 5
@@ -298,20 +298,29 @@ def test_own_stats_with_trimmed_drafts_do_not_count_unless_detailed_shows_the_fu
     stats = own_stats(0.78, trimmed=3)
     reading = measure("math", None, None, Answer(True, 60, 1.0, own=stats))
     assert not reading.valid and "trimmed" in reading.why
+
     # detailed: the per-step arrays tell which steps proposed all K; only those are read
-    accepted = (5, 0, 1, 2, 5, 3)
-    drafted = (5, 5, 2, 5, 5, 4)
-    detailed = OwnStats(
-        acceptance_histogram=(1, 1, 1, 1, 0, 2),
-        num_spec_steps=6,
-        num_draft_tokens=sum(drafted),
-        num_spec_tokens=K,
-        per_step_accepted=accepted,
-        per_step_drafted=drafted,
-    )
-    reading = measure("math", None, None, Answer(True, 20, 1.0, own=detailed))
-    assert reading.valid and reading.drafts == 4  # steps 0, 1, 3, 4
+    def detailed(accepted: tuple[int, ...], drafted: tuple[int, ...]) -> OwnStats:
+        histogram = [0] * (K + 1)
+        for a in accepted:
+            histogram[a] += 1
+        return OwnStats(
+            acceptance_histogram=tuple(histogram),
+            num_spec_steps=len(accepted),
+            num_draft_tokens=sum(drafted),
+            num_spec_tokens=K,
+            per_step_accepted=accepted,
+            per_step_drafted=drafted,
+        )
+
+    stats = detailed((5, 0, 1, 2, 5, 3) * 4, (5, 5, 2, 5, 5, 4) * 4)
+    reading = measure("math", None, None, Answer(True, 80, 1.0, own=stats))
+    assert reading.valid and reading.drafts == 16  # steps 0, 1, 3, 4 of each six
     assert reading.per_pos == pytest.approx((3 / 4, 3 / 4, 2 / 4, 2 / 4, 2 / 4))
+    # one full step among thirty (alone in the batch a moment): too few to read, not health 0
+    few = detailed((0,) + (2,) * 29, (5,) + (3,) * 29)
+    reading = measure("math", None, None, Answer(True, 90, 1.0, own=few))
+    assert not reading.valid and "trimmed" in reading.why
 
 
 def test_unreadable_own_stats_name_what_is_wrong() -> None:
@@ -326,6 +335,16 @@ def test_unreadable_own_stats_name_what_is_wrong() -> None:
     assert isinstance(bad, str) and "2 buckets" in bad and "num_spec_tokens 5" in bad
     missing = OwnStats.parse({"acceptance_histogram": [3, 0], "num_spec_steps": 3})
     assert isinstance(missing, str) and "num_draft_tokens" in missing
+    huge = 10**400  # not vLLM's: would overflow a float and crash the loop
+    big = OwnStats.parse(
+        {
+            "acceptance_histogram": [0, huge],
+            "num_spec_steps": huge,
+            "num_draft_tokens": huge,
+            "num_spec_tokens": 1,
+        }
+    )
+    assert isinstance(big, str) and "acceptance_histogram" in big
     reading = measure("math", None, None, Answer(True, 10, 1.0, own=bad))
     assert not reading.valid and reading.why == bad
 
@@ -437,3 +456,33 @@ def test_the_baseline_is_pooled_over_the_first_canaries_which_come_soon() -> Non
     engine.scale = 1.0
     state, _ = judge(state, canary(engine, 2500.0), pooled)
     assert state.health == pytest.approx(1.0)
+
+
+def test_retries_slow_down_after_three_discards_in_a_row() -> None:
+    state = COUNTERS_ONLY
+    spoilt = Round(0.0, (measure("math", None, None, Answer(False, None, 1.0, "503")),), 1.0)
+    for n in range(3):
+        state, _ = judge(state, replace(spoilt, t=100.0 * n), CFG)
+    assert state.misses == 3
+    assert not wanted(state, 200.0 + CFG.canary_idle, CFG)  # not every 20 s forever
+    assert wanted(state, 200.0 + CFG.canary_soon, CFG)
+
+
+def test_non_finite_counters_and_an_empty_valid_trace_are_refused_not_crashed() -> None:
+    engine = Engine()
+    before = engine.metrics()
+    answer = engine.ask("a math prompt")
+    nan = replace(engine.metrics(), spec=replace(engine.metrics().spec, accepted=float("nan")))
+    reading = measure("math", before, nan, answer)
+    assert not reading.valid and "not finite" in reading.why
+    state, _ = judge(COUNTERS_ONLY, canary(engine, 25.0), CFG)
+    empty = canary_round_with_nothing_drafted(400.0)
+    state, fire = judge(state, empty, CFG)  # a hand-made trace: "valid", nothing drafted
+    assert fire is None and "drafted nothing" in state.note
+
+
+def canary_round_with_nothing_drafted(t: float) -> Round:
+    from sparkwarden.canary_round import Reading
+
+    readings = tuple(Reading(p, True, "valid") for p in PROMPTS)
+    return Round(t, readings, 1000.0)

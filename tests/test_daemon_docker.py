@@ -143,6 +143,7 @@ CANARY_FAST = {
     "warmup": "0s",
     "learn_windows": 2,
     "consecutive": 2,
+    "canary_consecutive": 2,
     "canary_idle": "1s",
     "canary_interval": "2s",
     "canary_soon": "1s",

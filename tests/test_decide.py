@@ -202,7 +202,14 @@ def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() ->
     from sparkwarden import canary_round
     from sparkwarden.metrics import SpecDecode
 
-    on = cfg(acceptance={"enabled": True, "canary_idle": "20s", "canary_learn": 1})
+    on = cfg(
+        acceptance={
+            "enabled": True,
+            "canary_idle": "20s",
+            "canary_learn": 1,
+            "canary_consecutive": 2,
+        }
+    )
     spec = SpecDecode(100.0, 500.0, 200.0, (80.0, 50.0, 40.0, 20.0, 10.0), 1.0)
     idle = Scrape(EngineMetrics(spec, 0.0, 0.0, 300.0), "ok")
     assert decide.canary_owed(Mind(), T, on)  # the observer reads /metrics every tick

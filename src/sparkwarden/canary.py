@@ -17,8 +17,8 @@ canary is tried again at the next chance. The baseline is each prompt's acceptan
 its first ``canary_learn`` valid canaries after an engine start; a canary's health is the tokens
 it accepted over what the baseline's rates expected on the same drafts (each prompt weighs by
 what it drafts and accepts: a prompt the drafter rarely gets right is mostly noise). ``reason =
-acceptance`` fires after ``consecutive`` valid canaries below ``fraction``; one back at
-``recover_fraction`` clears the streak.
+acceptance`` fires after ``canary_consecutive`` valid canaries in a row below ``fraction`` (one
+at or above it ends the streak); one below ``recover_fraction`` brings the next sooner.
 
 Pure: observations, the passive state and the clock come in; the daemon's shell sends the
 requests (:func:`sparkwarden.canary_round.take` with injected I/O) and ``sparkwarden replay``
@@ -60,6 +60,8 @@ class CanaryState:
     low_streak: int = 0
     valid_count: int = 0
     discarded: int = 0
+    #: canaries discarded since the last valid one: the retries slow down after a few
+    misses: int = 0
     suspicious_since: float | None = None
     #: the note told once per suspicious spell, so a notifier says it once
     told: bool = False
@@ -132,7 +134,9 @@ def wanted(state: CanaryState, t: float, cfg: AcceptanceConfig) -> bool:
     if state.last_valid is not None and t - state.last_valid < gap:
         return False
     # a discarded canary is retried, but not at once
-    return state.last_try is None or t - state.last_try >= cfg.canary_idle
+    # ... and after 3 in a row (an engine whose drafts are always trimmed, say), canary_soon
+    retry = cfg.canary_idle if state.misses < 3 else cfg.canary_soon
+    return state.last_try is None or t - state.last_try >= retry
 
 
 def _suspicion(
@@ -179,33 +183,35 @@ def judge(
     state = replace(state, last_try=t, last_round=canary, own_stats=own)
     if not canary.valid:
         note = f"canary discarded ({canary.why}); tried again at the next chance"
-        return replace(state, discarded=state.discarded + 1, note=note), None
+        state = replace(state, discarded=state.discarded + 1, misses=state.misses + 1)
+        return replace(state, note=note), None
     if canary.created is not None and state.created not in (None, canary.created):
         state = CanaryState(
             last_spec=state.last_spec, last_try=t, last_round=canary, own_stats=state.own_stats
         )
-    state = replace(state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created)
+    state = replace(
+        state, last_valid=t, valid_count=state.valid_count + 1, created=canary.created, misses=0
+    )
     against = [(r, base) for r in canary.readings if (base := state.baseline_of(r.prompt))]
     judged = [(r.prompt, r.acceptance, r.acceptance / base) for r, base in against]
     state, learnt = _learn(state, canary, cfg)
     if not judged:
         return replace(state, note=learnt), None
     drafted = sum(r.draft_tokens for r, _ in against)
+    if drafted <= 0:  # only a hand-made trace can say "valid" with nothing drafted
+        return replace(state, note="canary drafted nothing: not judged"), None
     now = sum(r.accepted for r, _ in against) / drafted
     then = sum(base * r.draft_tokens for r, base in against) / drafted
     health = now / then
-    if health < cfg.fraction:
-        streak = state.low_streak + 1
-    elif health >= cfg.recover_fraction:
-        streak = 0
-    else:
-        streak = state.low_streak
+    # in a row means in a row: one canary at fraction or above ends the streak (a canary is a
+    # sample, not a smoothed estimate; recover_fraction only sets how soon the next one comes)
+    streak = state.low_streak + 1 if health < cfg.fraction else 0
     shown = ", ".join(f"{p} {a:.1%} ({h:.2f})" for p, a, h in judged)
     note = f"canary health {health:.2f} of its baseline: {shown}; {streak} low in a row"
-    if state.suspicious_since is not None and health >= cfg.fraction:
+    if state.suspicious_since is not None and health >= cfg.recover_fraction:
         note = f"{WORKLOAD_NOT_DRAFTER} (canary health {health:.2f}: {shown})"
     state = replace(state, health=health, last=tuple(judged), low_streak=streak, note=note)
-    if streak < cfg.consecutive:
+    if streak < cfg.canary_consecutive:
         return state, None
     why = (
         f"drafting canary at {health:.2f} of its baseline, below {cfg.fraction:g}, for "
@@ -244,7 +250,7 @@ def _learn(state: CanaryState, canary: Round, cfg: AcceptanceConfig) -> tuple[Ca
 def tell(state: CanaryState, cfg: AcceptanceConfig) -> tuple[CanaryState, str | None]:
     """Once per suspicious spell, the sentence for a notification when a valid canary found
     the drafter healthy while the passive estimate looked low."""
-    cleared = state.health is not None and state.health >= cfg.fraction
+    cleared = state.health is not None and state.health >= cfg.recover_fraction
     if not state.suspicious or state.told or not cleared or state.last_valid is None:
         return state, None
     if state.suspicious_since is not None and state.last_valid < state.suspicious_since:

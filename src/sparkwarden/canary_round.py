@@ -18,22 +18,20 @@ Pure: the adapter sends the requests and scrapes; :func:`take` gets them injecte
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    NonNegativeInt,
-    PositiveInt,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sparkwarden.metrics import EngineMetrics, SpecDecode
 
 Source = Literal["own", "counters"]
+#: a count a real answer can carry (a larger one is not vLLM's, and would overflow a float)
+Count = Annotated[int, Field(ge=0, le=10**9)]
+#: a full-length draft step read only when at least this many, and half the steps, were full
+MIN_FULL_STEPS = 8
 
 
 class OwnStats(BaseModel):
@@ -43,13 +41,13 @@ class OwnStats(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    acceptance_histogram: tuple[NonNegativeInt, ...]
-    num_spec_steps: NonNegativeInt
-    num_draft_tokens: NonNegativeInt
-    num_spec_tokens: PositiveInt
+    acceptance_histogram: tuple[Count, ...]
+    num_spec_steps: Count
+    num_draft_tokens: Count
+    num_spec_tokens: Annotated[int, Field(ge=1, le=1024)]
     #: per verify step, in order (``detailed`` only): what it accepted and what it proposed
-    per_step_accepted: tuple[NonNegativeInt, ...] | None = None
-    per_step_drafted: tuple[NonNegativeInt, ...] | None = None
+    per_step_accepted: tuple[Count, ...] | None = None
+    per_step_drafted: tuple[Count, ...] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> OwnStats:
@@ -90,7 +88,10 @@ class OwnStats(BaseModel):
             for accepted, drafted in steps:
                 if drafted == k:
                     full[accepted] += 1
-            return tuple(full)
+            # a few full steps (the canary alone in a batch a moment) read the deep positions
+            # on a handful of drafts: noise, not a measure
+            enough = max(MIN_FULL_STEPS, self.num_spec_steps / 2)
+            return tuple(full) if sum(full) >= enough else None
         if self.num_draft_tokens != k * self.num_spec_steps:
             return None
         return self.acceptance_histogram
@@ -282,6 +283,9 @@ def _from_counters(
             f"{answer.completion_tokens}: other traffic",
         )
     drafts = new.drafts - old.drafts
+    moved = (drafts, new.draft_tokens - old.draft_tokens, new.accepted - old.accepted)
+    if not all(math.isfinite(v) for v in moved):
+        return _bad(prompt, answer, "spec-decode counters are not finite numbers")
     if drafts <= 0 or new.draft_tokens <= old.draft_tokens:
         return _bad(prompt, answer, "nothing drafted")
     per_pos: tuple[float, ...] = ()

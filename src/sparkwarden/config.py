@@ -273,7 +273,10 @@ class AcceptanceConfig(_Section):
     canary_max_wait: PositiveDuration = 7200.0
     #: each prompt's baseline pooled over its first this many valid canaries after a start
     canary_learn: Annotated[int, Field(ge=1, le=20)] = 3
-    canary_max_tokens: Annotated[int, Field(ge=16, le=4096)] = 128
+    #: valid canaries in a row below ``fraction`` that restart (a canary is one sample of text:
+    #: under load greedy may not reproduce, so it is noisier than a passive window)
+    canary_consecutive: Annotated[int, Field(ge=1)] = 3
+    canary_max_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
     canary_seed: int = 0
     #: one request per prompt per canary, greedy; a few classes so one odd prompt cannot decide
     canary_prompts: Annotated[dict[str, str], Field(min_length=1)] = Field(

@@ -3,7 +3,7 @@ of depth and per decay model, with the drafting canary confirming (the default) 
 
     .venv/bin/python benchmarks/score_acceptance.py [--days 12] [--first-seed 0] [--config FILE]
         [--laws geometric,deeper-easier] [--decays whole,per-token,hot] [--no-kv-signal]
-        [--own-stats] [--nondeterministic]
+        [--own-stats] [--nondeterministic [--idle-baseline]]
 
 Generates (seeded) ``--days`` healthy 24 h traces per law and as many decaying ones per law and
 decay model (devtools/traces.py: mixes and loads change by the hour, long-context phases, idle
@@ -40,13 +40,13 @@ from sparkwarden.config import AcceptanceConfig, load  # noqa: E402
 #: the daemon scrapes /metrics this often (min(health.interval, 30 s))
 SCRAPE_S = 30.0
 
-Job = tuple[int, str, str | None, bool, bool, bool, dict[str, Any]]
+Job = tuple[int, str, str | None, bool, bool, bool, bool, dict[str, Any]]
 
 
 def score_day(job: Job) -> dict[str, Any]:
     """One day through both decisions: the canary's (``fires``) and the passive estimate's
     alone (``passive_fires``), in hours after the trace's start."""
-    seed, law, decay_kind, kv_signal, own, fresh, cfg_data = job
+    seed, law, decay_kind, kv_signal, own, fresh, idle_baseline, cfg_data = job
     cfg = AcceptanceConfig.model_validate(cfg_data)
     scenario = random_day(
         seed, decay_kind is not None, law, decay_kind or "whole", kv_signal=kv_signal
@@ -72,7 +72,15 @@ def score_day(job: Job) -> dict[str, Any]:
         if decided.due:
             created = engine.spec.created if engine is not None and engine.spec else None
             taken = canary_round(
-                scenario, t, created, cfg.canary_prompts, cfg.canary_max_tokens, own, fresh
+                scenario,
+                t,
+                created,
+                cfg.canary_prompts,
+                cfg.canary_max_tokens,
+                own,
+                # --idle-baseline: the baseline's canaries reproduce (learnt while idle), the
+                # later ones vary (under load): every later sample judged against one draw
+                fresh and not (idle_baseline and not state.baseline),
             )
             canaries += 1
             discarded += not taken.valid
@@ -146,17 +154,23 @@ def main() -> int:
         action="store_true",
         help="greedy is not reproducible: every canary drafts a new sample of its class",
     )
+    parser.add_argument(
+        "--idle-baseline",
+        action="store_true",
+        help="with --nondeterministic: the baseline's canaries all draft the same sample",
+    )
     args = parser.parse_args()
     cfg = load(args.config).acceptance if args.config else AcceptanceConfig()
     data = cfg.model_dump()
     seeds = range(args.first_seed, args.first_seed + args.days)
     laws, decays = args.laws.split(","), args.decays.split(",")
     kv, own, fresh = not args.no_kv_signal, args.own_stats, args.nondeterministic
+    idle = fresh and args.idle_baseline
     jobs: list[Job] = []
     for law in laws:
-        jobs += [(seed, law, None, kv, own, fresh, data) for seed in seeds]
+        jobs += [(seed, law, None, kv, own, fresh, idle, data) for seed in seeds]
         for decay in decays:
-            jobs += [(10_000 + seed, law, decay, kv, own, fresh, data) for seed in seeds]
+            jobs += [(10_000 + seed, law, decay, kv, own, fresh, idle, data) for seed in seeds]
     with ProcessPoolExecutor() as pool:
         results = list(pool.map(score_day, jobs))
     table: dict[str, Any] = {}
@@ -192,12 +206,14 @@ def main() -> int:
         "kv_signal": kv,
         "own_stats": own,
         "nondeterministic": fresh,
+        "idle_baseline": idle,
         "scores": table,
     }
     print(json.dumps(summary, indent=2))
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     flags = ("" if kv else "-nokv") + ("-own" if own else "") + ("-fresh" if fresh else "")
+    flags += "-idlebase" if idle else ""
     name = f"acceptance-score-{seeds.start}{flags}.json"
     (out / name).write_text(json.dumps({"summary": summary, "days": results}, indent=2))
     return 0

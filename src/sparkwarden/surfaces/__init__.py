@@ -1,0 +1,1 @@
+"""What an operator sees and asks: the control socket, status text, metrics, webhooks."""

@@ -1,0 +1,1 @@
+"""What sparkwarden knows of vLLM: its HTTP server, its metrics, its flags, and doctor's rules."""

@@ -48,8 +48,8 @@ if __package__ in (None, ""):
 from benchmarks.common import Bench, Line, main_one, spread
 from devtools.standin.stage import local
 from devtools.traces import CLASSES, profile
-from sparkwarden.adapters.vllm import VllmClient, chat_body
-from sparkwarden.config import AcceptanceConfig
+from sparkwarden.config.schema import AcceptanceConfig
+from sparkwarden.vllm.client import VllmClient, chat_body
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
 LAWS = "none,batched:0.05,batched:0.3,serial"
@@ -160,7 +160,7 @@ class Run:
             t += self.args.canary_every
 
     def sample_load(self, http: httpx.Client, until: threading.Event) -> None:
-        from sparkwarden.metrics import parse
+        from sparkwarden.vllm.metrics import parse
 
         while not until.wait(1.0 / self.args.speedup):
             m = parse(http.get("/metrics", timeout=10).text)

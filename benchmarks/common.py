@@ -1,6 +1,6 @@
 """What every benchmark shares: spreads, the machine, a stage of stand-in containers, the real
-daemon (``tests/daemonkit.py``, the same wrapper the tests use) and report lines that print each
-target beside its measurement.
+daemon (``tests/kits/daemonkit.py``, the same wrapper the tests use) and report lines that print
+each target beside its measurement.
 
 Each benchmark is a file of its own with ``measure(bench, args)`` and ``lines(result)``; run one
 alone (``.venv/bin/python benchmarks/status_speed.py``) or all of them with ``benchmarks/run.py``.
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from devtools.standin.stage import Stage, write_config  # noqa: E402
-from tests.daemonkit import DaemonProcess  # noqa: E402
+from tests.kits.daemonkit import DaemonProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -20,8 +20,8 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Bench, Line, main_one, spread
 from devtools.standin.stage import wait_healthy
-from tests.commands import history
-from tests.daemonkit import wait_for
+from tests.kits.commands import history
+from tests.kits.daemonkit import wait_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def measure(_bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
-    from sparkwarden.draftshape import healthy_share
+    from sparkwarden.evidence.draft_shape import healthy_share
 
     drafts = 50_000.0
     result = {}

@@ -28,10 +28,10 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Bench, Line, main_one
 from devtools.standin.stage import free_port, wait_healthy
-from sparkwarden.adapters.vllm import VllmClient
-from tests.commands import history
-from tests.daemonkit import wait_for
-from tests.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
+from sparkwarden.vllm.client import VllmClient
+from tests.kits.commands import history
+from tests.kits.daemonkit import wait_for
+from tests.kits.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
 

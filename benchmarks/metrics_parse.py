@@ -32,7 +32,7 @@ def measure(_bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
     from benchmarks.realistic_metrics import page
-    from sparkwarden import metrics
+    from sparkwarden.vllm import metrics
 
     text = page()
     ours, full = [], []

@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devtools.traces import DECAYS, LAWS, REQUEST_S, canary_round, lines, random_day  # noqa: E402
-from sparkwarden import canary, metrics  # noqa: E402
-from sparkwarden.acceptance import AcceptanceState  # noqa: E402
-from sparkwarden.config import AcceptanceConfig, load  # noqa: E402
+from sparkwarden.config.schema import AcceptanceConfig, load  # noqa: E402
+from sparkwarden.evidence import canary  # noqa: E402
+from sparkwarden.evidence.acceptance import AcceptanceState  # noqa: E402
+from sparkwarden.vllm import metrics  # noqa: E402
 
 #: the daemon scrapes /metrics this often (min(health.interval, 30 s))
 SCRAPE_S = 30.0

@@ -46,7 +46,7 @@ def _note(text: str) -> str:
     """A hold reason: shown in status on root's terminal, so plain text only."""
     from pydantic import ValidationError
 
-    from sparkwarden.control_schema import parse_request
+    from sparkwarden.surfaces.control_schema import parse_request
 
     try:
         parse_request({"cmd": "hold", "seconds": 1, "reason": text})
@@ -58,7 +58,7 @@ def _note(text: str) -> str:
 
 
 def _duration(text: str) -> float:
-    from sparkwarden.config import parse_duration
+    from sparkwarden.config.schema import parse_duration
 
     try:
         seconds = parse_duration(text)
@@ -143,9 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.log_level = getattr(args, "log_level", None)
     if args.command == "status":
         return _status(args)
-    from sparkwarden import config as config_mod
-    from sparkwarden import logs, secretfiles
-    from sparkwarden.errors import ConfigError, SparkwardenError
+    from sparkwarden.base import logs
+    from sparkwarden.base.errors import ConfigError, SparkwardenError
+    from sparkwarden.config import schema as config_mod
+    from sparkwarden.config import secrets
 
     logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
     if args.command in ("install-service", "uninstall-service"):  # before any config exists
@@ -168,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return check_config.run(config, source)
         if args.command in ("run", "record"):  # they read the secrets; status and history do not
-            secretfiles.require_secrets(config, source)
+            secrets.require_secrets(config, source)
         if args.command == "restart":
             from sparkwarden.actions import restart
 
@@ -214,9 +215,9 @@ def _refuse(exc: Exception, code: int) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     """``status`` finds the state dir and socket only: no schema, no logger (see locate.py)."""
-    from sparkwarden import locate
     from sparkwarden.actions import status
-    from sparkwarden.errors import ConfigError, SparkwardenError
+    from sparkwarden.base.errors import ConfigError, SparkwardenError
+    from sparkwarden.config import locate
 
     try:
         where = locate.places(args.config)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkwarden import control
-from sparkwarden.config import Config
-from sparkwarden.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.config.schema import Config
+from sparkwarden.surfaces import control
 
 
 def run(config: Config, request: dict[str, Any]) -> int:
     try:
         answer = control.call(config.control.socket, request)
     except control.DaemonUnavailable:
-        from sparkwarden.control_schema import parse_request
-        from sparkwarden.handlers import apply_admin
-        from sparkwarden.journal import Journal
+        from sparkwarden.daemon.handlers import apply_admin
+        from sparkwarden.restart.journal import Journal
+        from sparkwarden.surfaces.control_schema import parse_request
 
         journal = Journal(config.state.dir)
         try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import tomli_w
 
-from sparkwarden.config import Config, effective
-from sparkwarden.errors import ConfigError
-from sparkwarden.secretfiles import secret_report
+from sparkwarden.base.errors import ConfigError
+from sparkwarden.config.schema import Config, effective
+from sparkwarden.config.secrets import secret_report
 
 
 def run(config: Config, path: Path) -> int:

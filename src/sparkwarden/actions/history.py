@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import textwrap
 
-from sparkwarden.config import Config
-from sparkwarden.journal import Journal, RunRecord, iso
-from sparkwarden.status import inert
+from sparkwarden.config.schema import Config
+from sparkwarden.restart.journal import Journal, RunRecord, iso
+from sparkwarden.surfaces.status_text import inert
 
 
 def run(config: Config, as_json: bool, limit: int) -> int:

@@ -15,13 +15,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sparkwarden import restart_policy
 from sparkwarden.adapters.docker_engine import DockerEngine
-from sparkwarden.containers import ContainerState
-from sparkwarden.errors import ConfigError, NoSuchContainer, SparkwardenError
-from sparkwarden.facts import Kept
-from sparkwarden.journal import JOURNAL_FILE, Journal
-from sparkwarden.locate import DEFAULT_PATH, places, resolve_path
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import ConfigError, NoSuchContainer, SparkwardenError
+from sparkwarden.config.locate import DEFAULT_PATH, places, resolve_path
+from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.restart import docker_policy
+from sparkwarden.restart.journal import JOURNAL_FILE, Journal
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
@@ -193,7 +193,7 @@ def restore_restart_policies(config_path: str | Path | None) -> None:
                 states[name] = docker.inspect(name)
             except NoSuchContainer:
                 states[name] = None
-        for name, policy, note in restart_policy.to_restore(taken, states):
+        for name, policy, note in docker_policy.to_restore(taken, states):
             _say(note)
             if policy is not None:
                 docker.set_restart_policy(name, policy.docker())

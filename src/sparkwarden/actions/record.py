@@ -16,10 +16,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sparkwarden import logs, metrics
-from sparkwarden import status as status_mod
-from sparkwarden.adapters.vllm import VllmClient
-from sparkwarden.config import Config
+from sparkwarden.base import logs
+from sparkwarden.config.schema import Config
+from sparkwarden.surfaces import status_text as status_mod
+from sparkwarden.vllm import metrics
+from sparkwarden.vllm.client import VllmClient
 
 log = logs.get("sparkwarden.record")
 

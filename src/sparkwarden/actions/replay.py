@@ -10,13 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkwarden import canary, canary_round, metrics
-from sparkwarden.config import Config
-from sparkwarden.errors import SparkwardenError
-from sparkwarden.metrics import EngineMetrics
+from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.config.schema import Config
+from sparkwarden.evidence import canary, canary_reading
+from sparkwarden.vllm import metrics
+from sparkwarden.vllm.metrics import EngineMetrics
 
 
-def items(path: Path) -> Iterator[tuple[float, EngineMetrics | canary_round.Round | None]]:
+def items(path: Path) -> Iterator[tuple[float, EngineMetrics | canary_reading.Round | None]]:
     """(t, the engine's figures or a canary's outcome) per line; a line that is neither is an
     error naming it."""
     try:
@@ -31,7 +32,7 @@ def items(path: Path) -> Iterator[tuple[float, EngineMetrics | canary_round.Roun
                 record = json.loads(line)
                 t = float(record["t"])
                 if "canary" in record:
-                    yield t, canary_round.Round.from_json(record["canary"])
+                    yield t, canary_reading.Round.from_json(record["canary"])
                     continue
                 text = str(record["metrics"])
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -48,7 +49,7 @@ def items(path: Path) -> Iterator[tuple[float, EngineMetrics | canary_round.Roun
 def samples(path: Path) -> Iterator[tuple[float, EngineMetrics | None]]:
     """The scrapes alone (the passive estimate's input)."""
     for t, item in items(path):
-        if not isinstance(item, canary_round.Round):
+        if not isinstance(item, canary_reading.Round):
             yield t, item
 
 

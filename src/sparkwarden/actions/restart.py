@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sparkwarden import control, control_schema, sequence
-from sparkwarden.config import Config
-from sparkwarden.errors import SparkwardenError
-from sparkwarden.lock import RunLock
-from sparkwarden.secretfiles import require_secrets
-from sparkwarden.sequence import STEPS, Parts, StepEvent
+from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.config.schema import Config
+from sparkwarden.config.secrets import require_secrets
+from sparkwarden.restart import sequence
+from sparkwarden.restart.lock import RunLock
+from sparkwarden.restart.parts import Parts, StepEvent
+from sparkwarden.restart.sequence import STEPS
+from sparkwarden.surfaces import control, control_schema
 
 
 def _line(index: int, name: str, result: str, seconds: float, summary: str) -> str:

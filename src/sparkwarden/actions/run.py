@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkwarden.config import Config
-from sparkwarden.daemon import Daemon
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.loop import Daemon
 
 
 def run(config: Config, path: Path | None = None) -> int:

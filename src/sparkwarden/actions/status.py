@@ -1,7 +1,7 @@
 """``sparkwarden status``: from the daemon if it runs, else from the file it left.
 
 It renders the snapshot the daemon published and needs only the state dir and the socket
-(:mod:`sparkwarden.locate`): no config schema, no logger, so it answers quickly over SSH.
+(:mod:`sparkwarden.config.locate`): no config schema, no logger, so it answers quickly over SSH.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkwarden import control
-from sparkwarden import status as status_mod
-from sparkwarden.locate import Places
+from sparkwarden.config.locate import Places
+from sparkwarden.surfaces import control
+from sparkwarden.surfaces import status_text as status_mod
 
 
 def gather(where: Places) -> dict[str, Any]:

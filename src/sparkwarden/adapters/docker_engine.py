@@ -15,8 +15,8 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from sparkwarden.containers import ContainerState
-from sparkwarden.errors import ContainerError, NoSuchContainer
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import ContainerError, NoSuchContainer
 
 T = TypeVar("T")
 

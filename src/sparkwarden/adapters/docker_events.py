@@ -17,7 +17,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from sparkwarden import logs
+from sparkwarden.base import logs
 
 log = logs.get("sparkwarden.events")
 

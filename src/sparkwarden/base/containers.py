@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from sparkwarden.errors import ContainerError
+from sparkwarden.base.errors import ContainerError
 
 # Docker's zero time: a container that never started or never stopped.
 _NEVER = "0001-01-01T00:00:00Z"
 
 #: Docker statuses in which a container holds its memory and counts as "up".
 UP_STATUSES = frozenset({"running", "paused", "restarting"})
+
+#: Policies under which Docker restarts a container that exits by itself.
+FIGHTING: Final = ("always", "unless-stopped", "on-failure")
 
 
 @dataclass(frozen=True)

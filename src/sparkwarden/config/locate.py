@@ -4,8 +4,8 @@
 ``[control]`` tables of the config with :mod:`tomllib`, checking their keys and values as the
 schema would, and never imports the schema (pydantic alone costs more than the whole command
 should); the other tables are left to the commands that load the schema. The schema in
-:mod:`sparkwarden.config` takes its defaults for them from here, so the two can never disagree;
-it still validates the whole file for every other command.
+:mod:`sparkwarden.config.schema` takes its defaults for them from here, so the two can never
+disagree; it still validates the whole file for every other command.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sparkwarden.errors import ConfigError
+from sparkwarden.base.errors import ConfigError
 
 DEFAULT_PATH = Path("/etc/sparkwarden/sparkwarden.toml")
 ENV_PATH = "SPARKWARDEN_CONFIG"
@@ -68,8 +68,8 @@ class Places(NamedTuple):
 
 
 #: The keys of the two tables ``status`` reads, each a TOML string, and what it names: those of
-#: ``StateConfig`` and ``ControlConfig`` (tests/test_locate.py holds them equal), so a typo is
-#: refused here as the schema refuses it.
+#: ``StateConfig`` and ``ControlConfig`` (tests/config/test_locate.py holds them equal), so a
+#: typo is refused here as the schema refuses it.
 KEYS: dict[str, dict[str, str]] = {
     "state": {"dir": "path"},
     "control": {"socket": "path", "group": "group name"},

@@ -22,13 +22,13 @@ from pydantic import (
     model_validator,
 )
 
-from sparkwarden.errors import ConfigError
-from sparkwarden.locate import DEFAULT_PATH as DEFAULT_PATH
-from sparkwarden.locate import DEFAULT_SOCKET, DEFAULT_STATE_DIR, read_toml
-from sparkwarden.locate import ENV_PATH as ENV_PATH
-from sparkwarden.locate import resolve_path as resolve_path
-from sparkwarden.notices import EVENTS, Notice
-from sparkwarden.secretfiles import read_key
+from sparkwarden.base.errors import ConfigError
+from sparkwarden.base.notices import EVENTS, Notice
+from sparkwarden.config.locate import DEFAULT_PATH as DEFAULT_PATH
+from sparkwarden.config.locate import DEFAULT_SOCKET, DEFAULT_STATE_DIR, read_toml
+from sparkwarden.config.locate import ENV_PATH as ENV_PATH
+from sparkwarden.config.locate import resolve_path as resolve_path
+from sparkwarden.config.secretfiles import read_key
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -197,7 +197,7 @@ class ScheduleConfig(_Section):
     @classmethod
     def _crontab(cls, expr: str | None) -> str | None:
         if expr:
-            from sparkwarden.schedule import crontab_trigger
+            from sparkwarden.base.cron import crontab_trigger
 
             crontab_trigger(expr, "UTC")  # raises ValueError naming the field
         return expr or None

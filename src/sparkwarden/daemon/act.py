@@ -12,18 +12,20 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from sparkwarden import intents as do
-from sparkwarden import logs, restart_policy, sequence
 from sparkwarden.adapters.systemd import SdNotify
-from sparkwarden.config import Config
-from sparkwarden.containers import ContainerState
-from sparkwarden.errors import LockBusy, SparkwardenError
-from sparkwarden.facts import Kept
-from sparkwarden.handlers import ManualCall
-from sparkwarden.lock import RunLock
-from sparkwarden.notify import Webhooks
-from sparkwarden.sequence import STEPS, Observer, Parts, Resume, StepEvent
-from sparkwarden.steps import voice_to_quiet
+from sparkwarden.base import logs
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon import intents as do
+from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.handlers import ManualCall
+from sparkwarden.restart import docker_policy, sequence
+from sparkwarden.restart.lock import RunLock
+from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
+from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.steps import voice_to_quiet
+from sparkwarden.surfaces.webhooks import Webhooks
 
 log = logs.get("sparkwarden.daemon")
 
@@ -178,10 +180,10 @@ class Hands:
         gives it back), and withdrawn if Docker refuses, so the record says what was changed."""
         before = self.kept.policies_taken()
         at = datetime.now(UTC).isoformat(timespec="seconds")
-        self.kept.put_policies_taken(restart_policy.remember(before, state, at))
-        was = str(restart_policy.Policy.of(state))
+        self.kept.put_policies_taken(docker_policy.remember(before, state, at))
+        was = str(docker_policy.Policy.of(state))
         try:
-            self.parts.docker.set_restart_policy(state.name, restart_policy.NO.docker())
+            self.parts.docker.set_restart_policy(state.name, docker_policy.NO.docker())
         except SparkwardenError as exc:
             self.kept.put_policies_taken(before)
             log.error("restart_policy_take_over_failed", container=state.name, error=str(exc))

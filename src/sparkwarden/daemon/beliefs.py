@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sparkwarden.journal import Journal
+from sparkwarden.restart.journal import Journal
 
 
 class Key(StrEnum):

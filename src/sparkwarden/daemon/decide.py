@@ -2,11 +2,11 @@
 and a clock.
 
 No I/O here. Each function takes a :class:`Mind` and returns the next one with the intents
-(:mod:`sparkwarden.intents`) the hands carry out (:mod:`sparkwarden.act`); a run's result comes
-back in through :func:`after_run`.
-A trigger becomes a :class:`Pending` restart, which :func:`sparkwarden.gates.gate` lets through
-past the hold, a "gave up", a container stopped by hand, the freshness of the engine, the budget
-and its backoff, and (for a planned reason) a drain of the requests in flight.
+(:mod:`sparkwarden.daemon.intents`) the hands carry out (:mod:`sparkwarden.daemon.act`); a run's
+result comes back in through :func:`after_run`.
+A trigger becomes a :class:`Pending` restart, which :func:`sparkwarden.daemon.gates.gate` lets
+through past the hold, a "gave up", a container stopped by hand, the freshness of the engine, the
+budget and its backoff, and (for a planned reason) a drain of the requests in flight.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 
-from sparkwarden import acceptance, canary, canary_round, restart_policy, triggers
-from sparkwarden.config import Config
-from sparkwarden.facts import RebootRequired
-from sparkwarden.intents import (
+from sparkwarden.base.cron import missed_run_due, next_fire
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import RebootRequired
+from sparkwarden.daemon.intents import (
     ClearGaveUp,
     EventsSeen,
     Intent,
@@ -33,9 +33,17 @@ from sparkwarden.intents import (
     TakeCanary,
     TakeOverPolicy,
 )
-from sparkwarden.observe import EventSeen, Observation, Recorded, Scrape
-from sparkwarden.schedule import missed_run_due, next_fire
-from sparkwarden.triggers import AUTOMATIC, PLANNED, ExitWatch, HealthState, Reason, automatic
+from sparkwarden.daemon.observe import EventSeen, Observation, Recorded, Scrape
+from sparkwarden.evidence import acceptance, canary, canary_reading, triggers
+from sparkwarden.evidence.triggers import (
+    AUTOMATIC,
+    PLANNED,
+    ExitWatch,
+    HealthState,
+    Reason,
+    automatic,
+)
+from sparkwarden.restart import docker_policy
 
 # --- what the daemon believes ------------------------------------------------------------------
 
@@ -208,9 +216,9 @@ def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     if not seen.states:
         return mind, []  # the candidates could not be read: nothing new to say
     intents: list[Intent] = [
-        TakeOverPolicy(s) for s in restart_policy.to_take_over(seen.states, mode)
+        TakeOverPolicy(s) for s in docker_policy.to_take_over(seen.states, mode)
     ]
-    left = tuple(s.name for s in seen.states if mode == "leave" and restart_policy.fights(s))
+    left = tuple(s.name for s in seen.states if mode == "leave" and docker_policy.fights(s))
     if left and left != mind.left_at_risk:
         policies = {s.name: s.restart_policy for s in seen.states if s.name in left}
         intents.append(Say("warning", "restart_policy_left_at_risk", {"containers": policies}))
@@ -266,7 +274,7 @@ def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_canary(mind: Mind, taken: canary_round.Round, subject: str, cfg: Config) -> Decision:
+def on_canary(mind: Mind, taken: canary_reading.Round, subject: str, cfg: Config) -> Decision:
     """A drafting canary's outcome: the only thing that restarts for ``acceptance`` by default."""
     decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
     state, tell = canary.tell(decided.canary, cfg.acceptance)

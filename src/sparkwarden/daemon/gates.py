@@ -1,7 +1,8 @@
 """The gates a pending restart passes, in order: pure functions of what the daemon believes, the
 journal's facts and a clock.
 
-:mod:`sparkwarden.decide` turns a trigger into a :class:`~sparkwarden.decide.Pending` restart;
+:mod:`sparkwarden.daemon.decide` turns a trigger into a :class:`~sparkwarden.daemon.decide.Pending`
+restart;
 :func:`gate` lets it through past the hold, a "gave up", a container stopped by hand, the
 freshness of the engine, the budget and its backoff, and (for a planned reason) a drain of the
 requests in flight. No I/O here.
@@ -13,15 +14,15 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Literal
 
-from sparkwarden import triggers
-from sparkwarden.config import Config
-from sparkwarden.containers import ContainerState
-from sparkwarden.decide import Decision, Mind, on_scrape
-from sparkwarden.facts import GaveUp
-from sparkwarden.intents import ExpireHold, GiveUp, Intent, Notify, Restart, Say
-from sparkwarden.observe import Recorded, Scrape
-from sparkwarden.status import local_time
-from sparkwarden.triggers import PLANNED
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import GaveUp
+from sparkwarden.daemon.decide import Decision, Mind, on_scrape
+from sparkwarden.daemon.intents import ExpireHold, GiveUp, Intent, Notify, Restart, Say
+from sparkwarden.daemon.observe import Recorded, Scrape
+from sparkwarden.evidence import triggers
+from sparkwarden.evidence.triggers import PLANNED
+from sparkwarden.surfaces.status_text import local_time
 
 
 def budget(facts: Recorded, t: float, cfg: Config) -> triggers.Budget:

@@ -1,4 +1,4 @@
-"""What the control socket's requests do (:mod:`sparkwarden.control` is only the transport).
+"""What the control socket's requests do; :mod:`~sparkwarden.surfaces.control` only carries them.
 
 These run on the control thread. They never touch the box: a status request reads the published
 snapshot, a restart is queued for the main thread and its steps streamed back, and ``hold``,
@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkwarden import faults, logs
-from sparkwarden.control import Answer, Peer
-from sparkwarden.control_schema import (
+from sparkwarden.base import faults, logs
+from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.daemon.beliefs import Hold, Kept
+from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.parts import Outcome
+from sparkwarden.surfaces.control import Answer, Peer
+from sparkwarden.surfaces.control_schema import (
     FaultRequest,
     HoldRequest,
     ReleaseRequest,
@@ -25,10 +29,6 @@ from sparkwarden.control_schema import (
     RestartRequest,
     StatusRequest,
 )
-from sparkwarden.errors import SparkwardenError
-from sparkwarden.facts import Hold, Kept
-from sparkwarden.journal import Journal
-from sparkwarden.sequence import Outcome
 
 log = logs.get("sparkwarden.daemon")
 

@@ -1,4 +1,4 @@
-"""What the decider asks of the hands (:mod:`sparkwarden.act`), and what a run hands back.
+"""What the decider asks of the hands (:mod:`sparkwarden.daemon.act`), and what a run hands back.
 
 Values, not calls: a decision can be tested by reading its intents, and carried out in one place.
 """
@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sparkwarden.containers import ContainerState
-from sparkwarden.facts import GaveUp, RebootRequired
-from sparkwarden.notices import Notice
-from sparkwarden.sequence import Outcome
-from sparkwarden.triggers import Reason
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.notices import Notice
+from sparkwarden.daemon.beliefs import GaveUp, RebootRequired
+from sparkwarden.evidence.triggers import Reason
+from sparkwarden.restart.parts import Outcome
 
 # --- what it asks the hands to do --------------------------------------------------------------
 
@@ -80,7 +80,7 @@ class ResumeVoiceAfterMemory:
 @dataclass(frozen=True)
 class TakeCanary:
     """Send the drafting canary now (the engine has idled long enough); its outcome comes back
-    to :func:`~sparkwarden.decide.on_canary`."""
+    to :func:`~sparkwarden.daemon.decide.on_canary`."""
 
     t: float
 

@@ -1,13 +1,14 @@
 """``sparkwarden run``: the loop. Wiring only; each job lives in a room of its own.
 
 One main thread does everything that changes the box: on a tick it observes
-(:mod:`~sparkwarden.observe`) and fires the nightly schedule; between ticks it takes Docker events
-and operator requests from a queue. Each input goes to the pure decider
-(:mod:`~sparkwarden.decide`), whose intents the hands carry out (:mod:`~sparkwarden.act`, which
-runs the sequence itself, so two can never overlap); a run's result goes back to the decider.
-Every pass publishes the snapshot (:mod:`~sparkwarden.report`). Other threads only listen (Docker
-events, the control socket, whose requests :mod:`~sparkwarden.handlers` answers) or report (the
-watchdog pinger, which pings only on a lease the main thread grants when it makes progress).
+(:mod:`~sparkwarden.daemon.observe`) and fires the nightly schedule; between ticks it takes Docker
+events and operator requests from a queue. Each input goes to the pure decider
+(:mod:`~sparkwarden.daemon.decide`), whose intents the hands carry out
+(:mod:`~sparkwarden.daemon.act`, which runs the sequence itself, so two can never overlap); a run's
+result goes back to the decider. Every pass publishes the snapshot
+(:mod:`~sparkwarden.daemon.publish`). Other threads only listen (Docker events, the control socket,
+whose requests :mod:`~sparkwarden.daemon.handlers` answers) or report (the watchdog pinger, which
+pings only on a lease the main thread grants when it makes progress).
 """
 
 from __future__ import annotations
@@ -22,22 +23,25 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sparkwarden import config as config_mod
-from sparkwarden import decide, exporter, gates, logs, report, status, triggers
-from sparkwarden.act import Hands
 from sparkwarden.adapters.docker_events import ContainerEvent, EventStream
 from sparkwarden.adapters.systemd import SdNotify, Watchdog
-from sparkwarden.config import Config
-from sparkwarden.control import ControlServer, group_id
-from sparkwarden.errors import LockBusy, SparkwardenError
-from sparkwarden.facts import Kept
-from sparkwarden.handlers import WAKE, Handlers, ManualCall
-from sparkwarden.intents import RunEnded, TakeCanary
-from sparkwarden.lock import RunLock
-from sparkwarden.notify import Webhooks
-from sparkwarden.observe import MARGIN, Observation, Observer, Recorded, read_journal
-from sparkwarden.schedule import crontab_trigger
-from sparkwarden.sequence import Parts
+from sparkwarden.base import logs
+from sparkwarden.base.cron import crontab_trigger
+from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.config import schema as config_mod
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon import decide, gates, publish
+from sparkwarden.daemon.act import Hands
+from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
+from sparkwarden.daemon.intents import RunEnded, TakeCanary
+from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
+from sparkwarden.evidence import triggers
+from sparkwarden.restart.lock import RunLock
+from sparkwarden.restart.parts import Parts
+from sparkwarden.surfaces import exporter, status_text
+from sparkwarden.surfaces.control import ControlServer, group_id
+from sparkwarden.surfaces.webhooks import Webhooks
 
 log = logs.get("sparkwarden.daemon")
 
@@ -65,7 +69,7 @@ class Daemon:
         self.webhooks = Webhooks(list(config.notify))
         self.observer = Observer(config, self.parts, self.watchdog.beat)
         self.hands = Hands(config, self.parts, self.webhooks, self.sd, self._publish)
-        self.reporter = report.Publisher(config, self.sd)
+        self.reporter = publish.Publisher(config, self.sd)
         self.handlers = Handlers(
             config.state.dir, self.queue, self.reporter.as_json, self._busy, self._freeze
         )
@@ -96,7 +100,7 @@ class Daemon:
             return 1
         gid = group_id(self.config.control.group)
         if gid is not None:  # members read the last snapshot when the daemon is down
-            status.share(self.config.state.dir, gid)
+            status_text.share(self.config.state.dir, gid)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, self._on_hangup)
@@ -302,7 +306,7 @@ class Daemon:
     def _publish(self, running: bool = True) -> str:
         if time.time() - self.facts.read_at >= 60:
             self.facts = self._read_journal()
-        snapshot = report.build(
+        snapshot = publish.build(
             self.config,
             self.mind,
             self.seen,

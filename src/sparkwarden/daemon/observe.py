@@ -1,8 +1,8 @@
 """Everything the daemon reads: Docker, its events, /health, /metrics, memory and the journal.
 
-Each read comes back as a typed value for the decider (:mod:`sparkwarden.decide`); nothing here
-decides what to do about it. The observer keeps only its own cadence (when /health, /metrics and
-the chat canary are next due) and the last of each reading, for the status snapshot.
+Each read comes back as a typed value for the decider (:mod:`sparkwarden.daemon.decide`); nothing
+here decides what to do about it. The observer keeps only its own cadence (when /health, /metrics
+and the chat canary are next due) and the last of each reading, for the status snapshot.
 """
 
 from __future__ import annotations
@@ -11,17 +11,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sparkwarden import logs, metrics
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
-from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.canary_round import Round
-from sparkwarden.config import Config
-from sparkwarden.containers import ContainerState, choose_active
-from sparkwarden.errors import SparkwardenError
-from sparkwarden.facts import GaveUp, Hold, Kept, RebootRequired
-from sparkwarden.sequence import Parts
-from sparkwarden.triggers import PastRun
+from sparkwarden.base import logs
+from sparkwarden.base.containers import ContainerState, choose_active
+from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import GaveUp, Hold, Kept, RebootRequired
+from sparkwarden.evidence import canary_reading
+from sparkwarden.evidence.canary_reading import Round
+from sparkwarden.evidence.triggers import PastRun
+from sparkwarden.restart.parts import Parts
+from sparkwarden.vllm import metrics
+from sparkwarden.vllm.client import ChatOutcome, Health
+from sparkwarden.vllm.spec_payload import Answer
 
 log = logs.get("sparkwarden.observe")
 
@@ -201,7 +204,20 @@ class Observer:
             return None
         timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
         self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
-        return vllm.drafting_canary(model, cfg.acceptance, timeout, t)
+        canary = cfg.acceptance
+
+        def scrape() -> metrics.EngineMetrics | None:
+            text = vllm.metrics(timeout=min(timeout, 10.0))
+            try:
+                return metrics.parse(text) if text is not None else None
+            except metrics.MetricsError:
+                return None
+
+        def ask(prompt: str) -> Answer:
+            return vllm.canary(model, prompt, canary.canary_max_tokens, canary.canary_seed, timeout)
+
+        # the answers' own stats make the scrapes a cross-check only
+        return canary_reading.take(canary.canary_prompts, scrape, ask, t)
 
     def event(self, event: ContainerEvent) -> EventSeen:
         """After a ``die``, the container now: up again or not, and by whose start."""

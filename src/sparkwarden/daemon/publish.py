@@ -1,9 +1,8 @@
-"""The status snapshot: one typed value, built from what the daemon believes and saw.
+"""Publishing the daemon's state: the status snapshot built from what it believes and saw, the
+status file, and systemd's ``STATUS=`` line.
 
-Everything that shows the daemon's state renders this one value: ``status`` and ``status --json``
-(its JSON, over the socket or from the file the daemon writes), the Prometheus exporter and
-systemd's ``STATUS=`` line. The state name is derived, never stored, so it cannot disagree with
-what is pending or running.
+The snapshot (:mod:`sparkwarden.surfaces.snapshot`) is the one value every reporter renders. The
+state name is derived here, never stored, so it cannot disagree with what is pending or running.
 """
 
 from __future__ import annotations
@@ -11,111 +10,32 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, get_args
+from typing import Any
 
-from sparkwarden import canary, logs, restart_policy, triggers
-from sparkwarden import status as status_mod
 from sparkwarden.adapters.systemd import SdNotify
-from sparkwarden.config import Config
-from sparkwarden.decide import Mind
-from sparkwarden.gates import budget
-from sparkwarden.observe import Observation, Observer, Recorded
-from sparkwarden.restart_policy import PolicyView
+from sparkwarden.base import logs
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.decide import Mind
+from sparkwarden.daemon.gates import budget
+from sparkwarden.daemon.observe import Observation, Observer, Recorded
+from sparkwarden.evidence import canary, triggers
+from sparkwarden.restart import docker_policy
+from sparkwarden.surfaces import status_text as status_mod
+from sparkwarden.surfaces.snapshot import (
+    AcceptanceView,
+    BudgetView,
+    DaemonView,
+    GatewayView,
+    LlmView,
+    MemoryView,
+    NextRestart,
+    Snapshot,
+    State,
+)
 
 log = logs.get("sparkwarden.daemon")
-
-State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
-STATES: Final[tuple[State, ...]] = get_args(State)
-
-
-@dataclass(frozen=True)
-class DaemonView:
-    running: bool
-    pid: int | None
-    state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
-    pending: str | None
-    drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
-
-
-@dataclass(frozen=True)
-class LlmView:
-    container: str | None
-    status: str
-    uptime_s: float | None
-    health: str
-    last_probe: str
-    note: str
-    operator_stopped: str | None
-
-
-@dataclass(frozen=True)
-class MemoryView:
-    available_gib: float
-    total_gib: float
-    below_floor: bool
-
-
-@dataclass(frozen=True)
-class AcceptanceView:
-    current: float | None
-    baseline: float | None
-    health: float | None
-    method: str | None
-    available: bool
-    note: str
-    enabled: bool
-    #: the drafting canary (:func:`sparkwarden.canary.snapshot`)
-    canary: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class NextRestart:
-    at: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class BudgetView:
-    used: int
-    limit: int
-    why: str
-
-
-@dataclass(frozen=True)
-class GatewayView:
-    url: str
-    watch: bool
-    ok: bool | None
-    last: str
-    failing_since: float | None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    written_at: str
-    daemon: DaemonView
-    llm: LlmView
-    memory: MemoryView
-    acceptance: AcceptanceView
-    metrics: str
-    restart_policy: PolicyView
-    next_restart: NextRestart | None
-    budget: BudgetView
-    hold: dict[str, str] | None
-    gave_up: dict[str, str] | None
-    last_run: dict[str, Any] | None
-    run_counts: list[dict[str, Any]] = field(default_factory=list)
-    #: each trigger or safeguard that cannot act now, and why (triggers.off)
-    off: dict[str, str] = field(default_factory=dict)
-    reboot_required: bool = False
-    memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
-    gateway: GatewayView | None = None  # the users' path, with a [gateway]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` contract (README lists its fields)."""
-        return asdict(self)
 
 
 def state_name(
@@ -217,7 +137,7 @@ def build(
             canary=canary.snapshot(mind.canary, t, cfg.acceptance),
         ),
         metrics=observer.last_scrape.note,
-        restart_policy=restart_policy.report(
+        restart_policy=docker_policy.report(
             cfg.llm.restart_policy, seen.states if seen else (), facts.policies_taken
         ),
         next_restart=next_restart(mind, seen, now, cfg),

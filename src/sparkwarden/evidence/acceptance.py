@@ -4,9 +4,9 @@ Acceptance swings 2.5x with what users ask (math ~78 %, prose ~30 %) and quiet n
 nothing, so a raw threshold misfires. A window lasts ``window`` and then until it holds
 ``min_draft_tokens`` drafted tokens (a quiet night is one long window). Each gets a score: the
 healthy share of its drafting, from the shape of its per-position acceptance
-(:mod:`sparkwarden.draftshape`), which a change of workload leaves at 1 and a decay lowers. An
-engine without per-position counters gets the raw acceptance rate, shown but never acted on:
-there a prose evening and a decay look the same, and ``max_uptime`` still caps the engine's age.
+(:mod:`sparkwarden.evidence.draft_shape`), which a change of workload leaves at 1 and a decay
+lowers. An engine without per-position counters gets the raw acceptance rate, shown but never acted
+on: there a prose evening and a decay look the same, and ``max_uptime`` still caps the engine's age.
 
 The baseline is the score of the first ``learn_windows`` windows after the warm-up of each
 engine start, taken together; *health* is a window's score over it. The trigger fires after
@@ -24,10 +24,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from sparkwarden import draftshape
-from sparkwarden.config import AcceptanceConfig
-from sparkwarden.draftshape import healthy_share
-from sparkwarden.metrics import EngineMetrics, SpecDecode
+from sparkwarden.config.schema import AcceptanceConfig
+from sparkwarden.evidence import draft_shape
+from sparkwarden.evidence.draft_shape import healthy_share
+from sparkwarden.vllm.metrics import EngineMetrics, SpecDecode
 
 Method = Literal["shape", "rate"]
 
@@ -124,7 +124,7 @@ def observe(
     if scored is None:  # too few tokens (or too trimmed) to judge: the window stays open
         note = f"window open: {drafted:.0f} drafted tokens so far, too few to judge"
         drafts = spec.drafts - anchor.drafts
-        if draftshape.too_trimmed(drafts, drafted, len(spec.per_pos)):
+        if draft_shape.too_trimmed(drafts, drafted, len(spec.per_pos)):
             note = (
                 f"window open: {trimmed_share(anchor, spec):.0%} of draft slots trimmed under "
                 "load: which drafts reached the deeper positions is not known, no shape to read"

@@ -1,11 +1,11 @@
 """The drafting canary: acceptance measured where the workload cannot move it.
 
-Why: the passive estimate (:mod:`sparkwarden.acceptance`) reads drafting health out of live
+Why: the passive estimate (:mod:`sparkwarden.evidence.acceptance`) reads drafting health out of live
 traffic through a model of how acceptance falls with depth, per class of text. Nobody has
 measured that law; a workload that breaks it, or long conversations without a KV-cache signal,
 look like decay. So the passive estimate only raises *suspicion*; what restarts the engine is a
 canary: the same fixed prompts, sent greedy (same tokens every time), their acceptance per
-position measured request by request (:mod:`sparkwarden.canary_round`).
+position measured request by request (:mod:`sparkwarden.evidence.canary_reading`).
 
 When a canary is sent: once its interval has passed (``canary_soon`` instead while the passive
 estimate is suspicious or a canary was low), and only while it can count. With the engine's
@@ -21,8 +21,8 @@ acceptance`` fires after ``canary_consecutive`` valid canaries in a row below ``
 at or above it ends the streak); one below ``recover_fraction`` brings the next sooner.
 
 Pure: observations, the passive state and the clock come in; the daemon's shell sends the
-requests (:func:`sparkwarden.canary_round.take` with injected I/O) and ``sparkwarden replay``
-feeds recorded outcomes.
+requests (:func:`sparkwarden.evidence.canary_reading.take` with injected I/O) and ``sparkwarden
+replay`` feeds recorded outcomes.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from sparkwarden import acceptance
-from sparkwarden.acceptance import AcceptanceState
-from sparkwarden.canary_round import Round, restarted
-from sparkwarden.config import AcceptanceConfig
-from sparkwarden.metrics import EngineMetrics, SpecDecode
+from sparkwarden.config.schema import AcceptanceConfig
+from sparkwarden.evidence import acceptance
+from sparkwarden.evidence.acceptance import AcceptanceState
+from sparkwarden.evidence.canary_reading import Round, restarted
+from sparkwarden.vllm.metrics import EngineMetrics, SpecDecode
 
 #: what operators read when the live traffic looks bad and the canary does not
 WORKLOAD_NOT_DRAFTER = "drafting looks low; canary normal: the workload, not the drafter"

@@ -10,10 +10,10 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Final, Literal, get_args
 
-from sparkwarden.adapters.vllm import ChatOutcome, Health
-from sparkwarden.config import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
-from sparkwarden.containers import ContainerState
-from sparkwarden.metrics import EngineMetrics
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.config.schema import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
+from sparkwarden.vllm.client import ChatOutcome, Health
+from sparkwarden.vllm.metrics import EngineMetrics
 
 Reason = Literal[
     "schedule", "uptime", "acceptance", "crash", "unhealthy", "memory", "manual", "repair"

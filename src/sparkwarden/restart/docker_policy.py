@@ -14,12 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from sparkwarden.containers import ContainerState
+from sparkwarden.base.containers import FIGHTING, ContainerState
 
 Mode = Literal["take-over", "leave"]
-
-#: Policies under which Docker restarts a container that exits by itself.
-FIGHTING: Final = ("always", "unless-stopped", "on-failure")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkwarden.errors import MEMBERS_ONLY, SparkwardenError
+from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
 RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
 StepResult = Literal["ok", "failed", "skipped", "running"]

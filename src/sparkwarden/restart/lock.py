@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from sparkwarden.errors import LockBusy
+from sparkwarden.base.errors import LockBusy
 
 
 class RunLock:

@@ -1,13 +1,13 @@
 """The proving steps: the started engine answers /health, one real chat request, and then the
-users' path through the gateway. Split from :mod:`sparkwarden.steps` (which stops, drops and
-starts); :mod:`sparkwarden.sequence` calls both in order.
+users' path through the gateway. Split from :mod:`sparkwarden.restart.steps` (which stops, drops and
+starts); :mod:`sparkwarden.restart.sequence` calls both in order.
 """
 
 from __future__ import annotations
 
-from sparkwarden.containers import ContainerState
-from sparkwarden.errors import StepFailed
-from sparkwarden.steps import GATEWAY_TRY, Done, RunState, log
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import StepFailed
+from sparkwarden.restart.steps import GATEWAY_TRY, Done, RunState, log
 
 
 class Probes(RunState):

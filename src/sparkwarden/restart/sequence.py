@@ -22,21 +22,17 @@ before it acts too. Voice is resumed even when the journal cannot be written at 
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from sparkwarden import faults, logs
-from sparkwarden.adapters.docker_engine import DockerEngine
-from sparkwarden.adapters.host import Host
-from sparkwarden.adapters.vllm import VllmClient
-from sparkwarden.config import Config
-from sparkwarden.containers import choose_active
-from sparkwarden.errors import SparkwardenError, StepFailed, scrub
-from sparkwarden.journal import Journal, StepResult
-from sparkwarden.probes import Probes
-from sparkwarden.steps import (
+from sparkwarden.base import logs
+from sparkwarden.base.containers import choose_active
+from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
+from sparkwarden.config.schema import Config
+from sparkwarden.restart.journal import StepResult
+from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume, StepEvent
+from sparkwarden.restart.probes import Probes
+from sparkwarden.restart.steps import (
     Done,
     LlmSteps,
     VoiceSteps,
@@ -59,97 +55,6 @@ STEPS: Final = (
 )
 
 log = logs.get("sparkwarden.sequence")
-
-
-@dataclass
-class Parts:
-    """The adapters a sequence drives, and the clock it waits on (fakes in unit tests)."""
-
-    docker: DockerEngine
-    vllm: VllmClient
-    host: Host
-    journal: Journal
-    monotonic: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-    #: Told "progress made; the next within N s" (the daemon's watchdog lease).
-    heartbeat: Callable[[float], None] = lambda _lease: None
-    #: True when sparkwarden must stop: a boot wait is cut short (the LLM keeps loading).
-    should_abort: Callable[[], bool] = lambda: False
-    #: Called once a step has acted, before it is recorded (tests: see :mod:`sparkwarden.faults`).
-    after_action: Callable[[str], None] = lambda _name: None
-    #: The users' path (``[gateway]``): the same chat code, through the gateway's URL and key.
-    gateway: VllmClient | None = None
-
-    @classmethod
-    def from_config(cls, config: Config) -> Parts:
-        return cls(
-            docker=DockerEngine(timeout=config.docker.timeout, retry_for=config.docker.retry_for),
-            vllm=VllmClient(config.llm.base_url, config.llm.api_key()),
-            host=Host(),
-            journal=Journal(config.state.dir),
-            after_action=faults.stall_after_action(),
-            gateway=(
-                VllmClient(config.gateway.url, config.gateway.api_key()) if config.gateway else None
-            ),
-        )
-
-    def close(self) -> None:
-        self.docker.close()
-        self.vllm.close()
-        if self.gateway is not None:
-            self.gateway.close()
-        self.journal.close()
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """What an observer (the CLI's progress lines, the daemon's STATUS=) is told of a step."""
-
-    phase: Literal["begin", "end"]
-    name: str
-    index: int
-    run_id: int
-    result: StepResult = "running"
-    summary: str = ""
-    duration_s: float = 0.0
-
-
-Observer = Callable[[StepEvent], None]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    run_id: int
-    ok: bool
-    container: str | None
-    error: str | None
-    #: The step that failed first: a ``gateway_probe`` failure is no reason to restart again.
-    failed_step: str | None = None
-
-
-@dataclass(frozen=True)
-class Resume:
-    """Where a repair picks up an interrupted run: what it had paused and stopped.
-
-    ``container`` is None when the run was cut short before it chose one (the repair detects
-    afresh); ``llm_stopped`` says a ``docker stop`` was sent, so a container still "running" may
-    be on its way down and must not be trusted.
-    """
-
-    container: str | None
-    voice_paused: list[str]
-    llm_stopped: bool = False
-
-    @classmethod
-    def from_plan(cls, container: str | None, plan: dict[str, Any]) -> Resume | None:
-        """What an interrupted run left to finish; None when it had touched nothing."""
-        resume = cls(
-            container or plan.get("container"),
-            list(plan.get("voice_paused", [])),
-            # Once the start was sent, a running LLM is the one the run started.
-            bool(plan.get("llm_stopped")) and not plan.get("llm_started"),
-        )
-        return resume if resume.container or resume.voice_paused else None
 
 
 #: What a journal that cannot be written raises (a full or read-only state dir).
@@ -223,7 +128,8 @@ def restart(
 
 
 class _Run(VoiceSteps, LlmSteps, Probes):
-    """One run: the steps (in :mod:`sparkwarden.steps`) journaled, observed and always ended."""
+    """One run: the steps (in :mod:`sparkwarden.restart.steps`) journaled, observed and always
+    ended."""
 
     def progress(self, name: str, summary: str) -> None:
         self.observer(StepEvent("begin", name, STEPS.index(name) + 1, self.id, summary=summary))

@@ -1,4 +1,4 @@
-"""The bodies of the restart steps :mod:`sparkwarden.sequence` calls in order.
+"""The bodies of the restart steps :mod:`sparkwarden.restart.sequence` calls in order.
 
 sequence.py keeps the order, the journal and the observer; each step here acts on Docker, the
 host or the engine and returns a :class:`Done` saying what it did (or raises ``StepFailed``).
@@ -7,16 +7,15 @@ host or the engine and returns a :class:`Done` saying what it did (or raises ``S
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparkwarden import doctor, logs, metrics, vllmflags
-from sparkwarden.actions.doctor import vllm_config_file
-from sparkwarden.config import Config
-from sparkwarden.containers import ContainerState, choose_active
-from sparkwarden.errors import NoSuchContainer, StepFailed
-
-if TYPE_CHECKING:  # annotations only: sequence.py imports this module, not the reverse
-    from sparkwarden.sequence import Observer, Parts, Resume
+from sparkwarden.base import logs
+from sparkwarden.base.containers import ContainerState, choose_active
+from sparkwarden.base.errors import NoSuchContainer, StepFailed
+from sparkwarden.config.schema import Config
+from sparkwarden.restart.parts import Observer, Parts, Resume
+from sparkwarden.vllm import doctor_rules, metrics, serve_flags
+from sparkwarden.vllm.doctor_rules import vllm_config_file
 
 #: Exit code of a process ended by SIGKILL: ``docker stop`` ran out of patience.
 _SIGKILL_EXIT = 137
@@ -294,8 +293,8 @@ class LlmSteps(RunState):
 def engine_grace(attrs: dict[str, Any]) -> float | None:
     """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
     ``--config`` file through the container's mounts); None when not set."""
-    argv = doctor.command_line(attrs)
-    return doctor.shutdown_timeout(vllmflags.read(argv, vllm_config_file(attrs, argv)[0]))
+    argv = doctor_rules.command_line(attrs)
+    return doctor_rules.shutdown_timeout(serve_flags.read(argv, vllm_config_file(attrs, argv)[0]))
 
 
 def stop_timeout(configured: float, shutdown_grace: float | None) -> float:
@@ -303,7 +302,7 @@ def stop_timeout(configured: float, shutdown_grace: float | None) -> float:
     by doctor's teardown margin, and never under the configured one."""
     if not shutdown_grace:
         return configured
-    return max(configured, shutdown_grace + doctor.SHUTDOWN_MARGIN)
+    return max(configured, shutdown_grace + doctor_rules.SHUTDOWN_MARGIN)
 
 
 def in_flight(metrics_text: str | None) -> int | None:

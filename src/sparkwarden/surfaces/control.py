@@ -2,9 +2,9 @@
 
 Only root and members of the configured group may talk to it: the socket file is root-owned with
 mode 0660, and each peer's credentials (``SO_PEERCRED``) are checked again. Requests are size-
-limited and schema-checked (:mod:`sparkwarden.control_schema`); a malformed one gets an error
-answer, never a crash. The client half (:func:`call`, :func:`stream`) imports neither the schema
-nor the logger: ``sparkwarden status`` must start fast.
+limited and schema-checked (:mod:`sparkwarden.surfaces.control_schema`); a malformed one gets an
+error answer, never a crash. The client half (:func:`call`, :func:`stream`) imports neither the
+schema nor the logger: ``sparkwarden status`` must start fast.
 
 A member is trusted with five verbs, not with the daemon: connections are capped per user and in
 all (root keeps a reserve of its own), a request must arrive whole within one deadline, and the
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sparkwarden.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError
 
 MAX_REQUEST = 4096
 #: Seconds for a whole request to arrive (not per ``recv``: a byte every few seconds is refused).
@@ -128,7 +128,8 @@ class Admission:
 
 class ControlServer:
     def __init__(self, path: Path, group: str | None, handler: Handler) -> None:
-        from sparkwarden import control_schema, logs  # the server's only: see the docstring
+        from sparkwarden.base import logs
+        from sparkwarden.surfaces import control_schema  # the server's only: see the docstring
 
         self._schema = control_schema
         self.log = logs.get("sparkwarden.control")

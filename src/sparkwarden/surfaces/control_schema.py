@@ -1,7 +1,7 @@
 """The requests the control socket accepts: what an operator may ask the daemon, schema-checked.
 
-The CLI builds them, the daemon's :mod:`sparkwarden.handlers` answers them; both parse through
-here, so a request the CLI sends is checked the same way the daemon checks it.
+The CLI builds them, the daemon's :mod:`sparkwarden.daemon.handlers` answers them; both parse
+through here, so a request the CLI sends is checked the same way the daemon checks it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from sparkwarden.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError
 
 #: No C0/C1 control characters: a reason or a note is printed on root's terminal.
 INERT = r"^[^\x00-\x1f\x7f-\x9f]*$"

@@ -17,9 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
-from sparkwarden.journal import RunResult
-from sparkwarden.report import STATES, Snapshot
-from sparkwarden.sequence import STEPS
+from sparkwarden.restart.journal import RunResult
+from sparkwarden.restart.sequence import STEPS
+from sparkwarden.surfaces.snapshot import STATES, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sparkwarden.errors import MEMBERS_ONLY, SparkwardenError
+from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
 STATUS_FILE = "status.json"
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from sparkwarden import logs
-from sparkwarden.config import NotifyTarget
-from sparkwarden.notices import TITLES, Notice
+from sparkwarden.base import logs
+from sparkwarden.base.notices import TITLES, Notice
+from sparkwarden.config.schema import NotifyTarget
 
 log = logs.get("sparkwarden.notify")
 

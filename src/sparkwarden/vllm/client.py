@@ -16,11 +16,8 @@ from typing import Any, Literal
 
 import httpx
 
-from sparkwarden import canary_round as canary_mod
-from sparkwarden import metrics
-from sparkwarden.canary_round import OwnStats
-from sparkwarden.config import AcceptanceConfig
-from sparkwarden.errors import scrub
+from sparkwarden.base.errors import scrub
+from sparkwarden.vllm.spec_payload import Answer, OwnStats
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
 
@@ -187,9 +184,7 @@ class VllmClient:
             return ChatOutcome(False, self._said(exc))
         return interpret_chat(response.status_code, response.text)
 
-    def canary(
-        self, model: str, prompt: str, max_tokens: int, seed: int, timeout: float
-    ) -> canary_mod.Answer:
+    def canary(self, model: str, prompt: str, max_tokens: int, seed: int, timeout: float) -> Answer:
         """One drafting-canary request: greedy, seeded, thinking off, bounded, timed."""
         body = chat_body(model, max_tokens=max_tokens, prompt=prompt, seed=seed)
         began = time.monotonic()
@@ -200,31 +195,13 @@ class VllmClient:
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             )
         except httpx.HTTPError as exc:
-            return canary_mod.Answer(False, None, time.monotonic() - began, f"{exc!r}")
+            return Answer(False, None, time.monotonic() - began, f"{exc!r}")
         seconds = time.monotonic() - began
         outcome = interpret_chat(response.status_code, response.text)
         if not outcome.ok:
-            return canary_mod.Answer(False, None, seconds, outcome.detail)
+            return Answer(False, None, seconds, outcome.detail)
         text = response.text
-        return canary_mod.Answer(True, completion_tokens(text), seconds, "", own_stats(text))
-
-    def drafting_canary(
-        self, model: str, cfg: AcceptanceConfig, timeout: float, t: float
-    ) -> canary_mod.Round:
-        """One drafting canary: each prompt in turn, /metrics scraped before and after (the
-        answers' own stats make the scrapes a cross-check only)."""
-
-        def scrape() -> metrics.EngineMetrics | None:
-            text = self.metrics(timeout=min(timeout, 10.0))
-            try:
-                return metrics.parse(text) if text is not None else None
-            except metrics.MetricsError:
-                return None
-
-        def ask(prompt: str) -> canary_mod.Answer:
-            return self.canary(model, prompt, cfg.canary_max_tokens, cfg.canary_seed, timeout)
-
-        return canary_mod.take(cfg.canary_prompts, scrape, ask, t)
+        return Answer(True, completion_tokens(text), seconds, "", own_stats(text))
 
     def metrics(self, timeout: float = 10.0) -> str | None:
         try:

@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from sparkwarden import vllmflags
-from sparkwarden.config import Config
-from sparkwarden.restart_policy import FIGHTING
+import yaml
+
+from sparkwarden.base.containers import FIGHTING
+from sparkwarden.config.schema import Config
+from sparkwarden.vllm import serve_flags
 
 Severity = Literal["error", "warning", "info"]
 ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -63,7 +65,7 @@ def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
     if "shutdown-timeout" not in flags:
         return None
     try:
-        return vllmflags.shutdown_timeout(flags)
+        return serve_flags.shutdown_timeout(flags)
     except ValueError:
         return None
 
@@ -130,7 +132,7 @@ def check_llm(
                     f"{mem_total_gib:.0f} GiB ({left:.0f} GiB left)",
                     "none needed",
                 )
-    method = speculative_method(vllmflags.speculative(flags))
+    method = speculative_method(serve_flags.speculative(flags))
     seqs_text = flags.get("max-num-seqs")
     seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else None
     if method and (seqs is None or seqs > RISKY_SEQS):
@@ -210,7 +212,7 @@ def _shutdown(
     """A stop timeout shorter than vLLM's own drain (``--shutdown-timeout``, 0.33+) plus its
     teardown SIGKILLs the engine while running requests finish."""
     try:
-        drain = vllmflags.shutdown_timeout(flags)
+        drain = serve_flags.shutdown_timeout(flags)
     except ValueError as exc:
         return [Finding("error", name, "shutdown-timeout", str(exc), "give it a number of seconds")]
     if drain <= 0:
@@ -327,3 +329,24 @@ def format_text(findings: list[Finding]) -> str:
     warnings = sum(f.severity == "warning" for f in findings)
     lines.append(f"sparkwarden doctor: {errors} error(s), {warnings} warning(s)")
     return "\n".join(lines)
+
+
+def vllm_config_file(
+    attrs: dict[str, Any], argv: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The engine's ``--config`` YAML, read on the host through the container's mounts:
+    (its mapping, None), or (None, why it could not be read); (None, None) without one."""
+    path = serve_flags.config_file(argv)
+    if path is None:
+        return None, None
+    on_host = host_path(attrs, path)
+    if on_host is None:
+        return None, "the file is inside the image, on no mount sparkwarden can read"
+    try:
+        with open(on_host, encoding="utf-8") as file:
+            loaded = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        return None, f"could not read it on the host at {on_host}: {exc}"
+    if not isinstance(loaded, dict):
+        return None, f"{on_host} is not a YAML mapping of flags"
+    return loaded, None

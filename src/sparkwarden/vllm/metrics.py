@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkwarden.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "vllm:spec_decode_num_drafts_total"

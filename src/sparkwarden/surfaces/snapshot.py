@@ -1,0 +1,104 @@
+"""The status snapshot: one typed value that every reporter renders.
+
+``status`` and ``status --json`` (over the socket, or from the file the daemon writes), the
+Prometheus exporter and systemd's ``STATUS=`` line all show this value, so they can never disagree;
+:mod:`sparkwarden.daemon.loop.publish` builds it from what the daemon believes and saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal, get_args
+
+from sparkwarden.restart.docker_policy import PolicyView
+
+State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
+STATES: Final[tuple[State, ...]] = get_args(State)
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    running: bool
+    pid: int | None
+    state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
+    pending: str | None
+    drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
+
+
+@dataclass(frozen=True)
+class LlmView:
+    container: str | None
+    status: str
+    uptime_s: float | None
+    health: str
+    last_probe: str
+    note: str
+    operator_stopped: str | None
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    available_gib: float
+    total_gib: float
+    below_floor: bool
+
+
+@dataclass(frozen=True)
+class AcceptanceView:
+    current: float | None
+    baseline: float | None
+    health: float | None
+    method: str | None
+    available: bool
+    note: str
+    enabled: bool
+    #: the drafting canary (:func:`sparkwarden.evidence.canary.snapshot`)
+    canary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NextRestart:
+    at: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    used: int
+    limit: int
+    why: str
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    url: str
+    watch: bool
+    ok: bool | None
+    last: str
+    failing_since: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    written_at: str
+    daemon: DaemonView
+    llm: LlmView
+    memory: MemoryView
+    acceptance: AcceptanceView
+    metrics: str
+    restart_policy: PolicyView
+    next_restart: NextRestart | None
+    budget: BudgetView
+    hold: dict[str, str] | None
+    gave_up: dict[str, str] | None
+    last_run: dict[str, Any] | None
+    run_counts: list[dict[str, Any]] = field(default_factory=list)
+    #: each trigger or safeguard that cannot act now, and why (triggers.off)
+    off: dict[str, str] = field(default_factory=dict)
+    reboot_required: bool = False
+    memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
+    gateway: GatewayView | None = None  # the users' path, with a [gateway]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``status --json`` contract (README lists its fields)."""
+        return asdict(self)

@@ -1,0 +1,74 @@
+"""install-service and uninstall-service under a root directory: what they add, they remove."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sparkwarden.actions import install
+from sparkwarden.base.errors import SparkwardenError
+from tests.kits.commands import ROOT
+
+EXE = "/opt/sparkwarden/bin/sparkwarden"
+
+
+@pytest.fixture
+def sparkwarden(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., str]:
+    """install/uninstall under a root dir, as if run from /opt/sparkwarden (this test's own
+    interpreter may live under /root, which the ProtectHome check rightly refuses)."""
+    monkeypatch.setattr(install, "executable", lambda: EXE)
+
+    def run(command: str, root: Path) -> str:
+        if command == "install-service":
+            assert install.install(root, start=False) == 0
+        else:
+            assert install.uninstall(root, purge=False) == 0
+        return capsys.readouterr().out
+
+    return run
+
+
+def test_the_bare_name_is_linked_and_only_that_link_is_removed(
+    tmp_path: Path, sparkwarden: Callable[..., str]
+) -> None:
+    link = tmp_path / "usr/local/bin/sparkwarden"
+    assert f"linking {link} -> {EXE}" in sparkwarden("install-service", tmp_path)
+    assert os.readlink(link) == EXE
+    assert f"keeping {link} -> {EXE}" in sparkwarden("install-service", tmp_path)
+    assert f"removing {link}" in sparkwarden("uninstall-service", tmp_path)
+    assert not link.is_symlink()
+
+
+def test_a_different_sparkwarden_on_the_path_is_never_overwritten(
+    tmp_path: Path, sparkwarden: Callable[..., str]
+) -> None:
+    link = tmp_path / "usr/local/bin/sparkwarden"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("/opt/other/bin/sparkwarden")
+    out = sparkwarden("install-service", tmp_path)
+    assert f"WARNING: keeping {link}, a link to /opt/other/bin/sparkwarden" in out
+    assert os.readlink(link) == "/opt/other/bin/sparkwarden"
+    assert f"removing {link}" not in sparkwarden("uninstall-service", tmp_path)
+    assert os.readlink(link) == "/opt/other/bin/sparkwarden"  # not ours: left alone
+
+    link.unlink()
+    link.write_text("#!/bin/sh\n")
+    assert f"WARNING: keeping {link}, a file" in sparkwarden("install-service", tmp_path)
+    assert link.read_text() == "#!/bin/sh\n"
+
+
+def test_the_protecthome_refusal_installs_what_readme_installs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["/root/venv/bin/sparkwarden"])
+    monkeypatch.setattr(install.shutil, "which", lambda name: "/root/venv/bin/sparkwarden")
+    with pytest.raises(SparkwardenError) as refused:
+        install.executable()
+    assert install.README_INSTALL in str(refused.value)
+    assert install.README_INSTALL + "  # this checkout" in (ROOT / "README.md").read_text()

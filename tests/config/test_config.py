@@ -1,0 +1,236 @@
+"""Config: durations, defaults, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sparkwarden.base.errors import ConfigError
+from sparkwarden.config import schema as cfg
+from sparkwarden.config import secrets
+
+MINIMAL = {"llm": {"containers": ["vllm-35b"], "base_url": "http://127.0.0.1:8000"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("20m", 1200),
+        ("20h", 72000),
+        ("1h30m", 5400),
+        (45, 45),
+        (2.5, 2.5),
+        ("120", 120),
+        ("0.2s", 0.2),
+        ("500ms", 0.5),
+        ("1d", 86400),
+    ],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert cfg.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "ten", "5 parsecs", "-3s", "3x", True, [1], "1h-5m"])
+def test_bad_durations_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        cfg.parse_duration(bad)
+
+
+@given(st.floats(min_value=0, max_value=1e7, allow_nan=False).map(lambda f: round(f, 3)))
+def test_format_duration_round_trips(seconds: float) -> None:
+    assert cfg.parse_duration(cfg.format_duration(seconds)) == pytest.approx(seconds)
+
+
+def test_defaults_fill_everything_but_the_two_required_keys() -> None:
+    config = cfg.parse(MINIMAL)
+    assert config.llm.stop_timeout == 120
+    assert config.llm.health_timeout == 1200
+    assert config.llm.probe_timeout == 180
+    assert config.voice.mode == "pause"
+    assert config.memory.start_min_available_gib == 60
+    assert config.memory.start_wait == 180
+    assert config.state.dir == Path("/var/lib/sparkwarden")
+
+
+@pytest.mark.parametrize(
+    ("data", "names"),
+    [
+        ({}, "llm: required key is missing"),
+        ({"llm": {"containers": ["a"]}}, "llm.base_url: required key is missing"),
+        ({"llm": {**MINIMAL["llm"], "stop_timout": "1s"}}, "llm.stop_timout: unknown key"),
+        ({"llm": {**MINIMAL["llm"], "stop_timeout": "soon"}}, "llm.stop_timeout: invalid duration"),
+        ({"llm": {**MINIMAL["llm"], "containers": []}}, "llm.containers"),
+        ({"llm": {**MINIMAL["llm"], "containers": ["a", "a"]}}, "listed more than once: a"),
+        ({"llm": {**MINIMAL["llm"], "base_url": "localhost:8000"}}, "llm.base_url"),
+        ({**MINIMAL, "voice": {"mode": "freeze"}}, "voice.mode"),
+        ({**MINIMAL, "memory": {"start_min_available_gib": -1}}, "memory.start_min_available_gib"),
+        ({**MINIMAL, "voice": {"containers": ["vllm-35b"]}}, "both llm and voice: vllm-35b"),
+    ],
+)
+def test_errors_name_the_key(data: dict[str, object], names: str) -> None:
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        cfg.parse(data)
+
+
+def test_load_reports_toml_syntax_with_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[llm]\ncontainers = ["a"\n')
+    with pytest.raises(ConfigError, match=f"{path}: not valid TOML"):
+        cfg.load(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        cfg.load(tmp_path / "absent.toml")
+
+
+def test_path_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cfg.ENV_PATH, raising=False)
+    assert cfg.resolve_path(None) == cfg.DEFAULT_PATH
+    monkeypatch.setenv(cfg.ENV_PATH, "/tmp/from-env.toml")
+    assert cfg.resolve_path(None) == Path("/tmp/from-env.toml")
+    assert cfg.resolve_path("/tmp/explicit.toml") == Path("/tmp/explicit.toml")
+
+
+def test_api_key_is_read_from_its_file_and_not_printed(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-very-secret\n")
+    config = cfg.parse({"llm": {**MINIMAL["llm"], "api_key_file": str(key)}})
+    assert config.llm.api_key() == "sk-very-secret"
+    assert "sk-very-secret" not in str(cfg.effective(config))
+
+
+def test_effective_config_parses_back_to_the_same() -> None:
+    config = cfg.parse({**MINIMAL, "memory": {"start_wait": "90s"}})
+    assert cfg.parse(cfg.effective(config)) == config
+    assert cfg.effective(config)["memory"]["start_wait"] == "90s"
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "config" / "sparkwarden.toml"  # a symlink
+
+
+def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
+    import tomllib
+
+    shipped = tomllib.loads(SHIPPED.read_text())
+    config = cfg.load(SHIPPED)
+    defaults = cfg.effective(cfg.parse({"llm": shipped["llm"]}))
+    assert cfg.effective(config) == defaults  # the file states the schema's defaults, no other
+    text = SHIPPED.read_text()
+    for section, values in defaults.items():
+        if isinstance(values, list):  # an array of tables, shown as a commented example
+            assert f"# [[{section}]]" in text
+            continue
+        assert set(values) <= set(shipped[section]), f"[{section}] misses keys"
+    for optional in ("api_key_file", "model", "timezone", "url_file", "events", "min_interval"):
+        assert f"# {optional} = " in text
+    assert "# [gateway]" in text  # optional, shown commented with every key of its schema
+    for key in cfg.GatewayConfig.model_fields:
+        assert f"# {key} = " in text.split("# [gateway]", 1)[1], key
+
+
+def test_gateway_is_optional_checked_and_its_key_read_when_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm = {"containers": ["a"], "base_url": "http://127.0.0.1:8000"}
+    assert cfg.parse({"llm": llm}).gateway is None
+    gateway = cfg.parse(
+        {"llm": llm, "gateway": {"url": "http://127.0.0.1:4000/v1/", "model": "qwen"}}
+    ).gateway
+    assert gateway is not None and gateway.url == "http://127.0.0.1:4000"  # requests add /v1
+    assert gateway.timeout == 120.0 and gateway.watch is False
+    monkeypatch.setenv("SPARKWARDEN_GATEWAY_API_KEY", "sk-env")
+    assert gateway.api_key() == "sk-env"
+    with pytest.raises(ConfigError) as bad:
+        cfg.parse(
+            {
+                "llm": llm,
+                "gateway": {"url": "litellm:4000", "api_key_file": str(tmp_path / "none")},
+            }
+        )
+    message = str(bad.value)
+    assert "gateway.url: 'litellm:4000' is not an http:// or https:// URL" in message
+    assert "gateway.model: required key is missing" in message
+    # Its key file is a secret like the LLM's: checked by the commands that send it, never by
+    # the ones that only read state (a group member cannot read root's key).
+    gone = {"url": "http://127.0.0.1:4000", "model": "qwen", "api_key_file": str(tmp_path / "x")}
+    config = cfg.parse({"llm": llm, "gateway": gone})
+    with pytest.raises(ConfigError, match=r"gateway\.api_key_file: .*cannot be read"):
+        secrets.require_secrets(config, tmp_path / "c.toml")
+    loose = _secret_file(tmp_path, 0o666)
+    config = cfg.parse({"llm": llm, "gateway": {**gone, "api_key_file": str(loose)}})
+    assert any(p.startswith("gateway.api_key_file: ") for p in secrets.secret_report(config)[1])
+
+
+def _secret_file(tmp_path: Path, mode: int, uid: int = 0) -> Path:
+    path = tmp_path / f"secret-{mode:o}-{uid}"
+    path.write_text("http://127.0.0.1:9/hook")
+    path.chmod(mode)
+    import os
+
+    os.chown(path, uid, 0)
+    return path
+
+
+def test_secrets_are_not_the_files_business_but_the_daemons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing key or unset url_env parses (status and history do not need them); the
+    problems are listed for the commands that do, naming the key."""
+    monkeypatch.delenv("SW_UNSET_HOOK", raising=False)
+    config = cfg.parse(
+        {
+            "llm": {**MINIMAL["llm"], "api_key_file": "/nonexistent/key"},
+            "notify": [{"url_env": "SW_UNSET_HOOK"}],
+        }
+    )
+    problems = secrets.secret_problems(config)
+    assert problems[0].startswith("llm.api_key_file: '/nonexistent/key' cannot be read")
+    assert problems[1] == "notify.0.url_env: $SW_UNSET_HOOK is not set"
+    with pytest.raises(ConfigError, match=r"config c\.toml: llm\.api_key_file: .*notify\.0"):
+        secrets.require_secrets(config, Path("c.toml"))
+    monkeypatch.setenv("SW_UNSET_HOOK", "gopher://x")
+    assert (
+        secrets.secret_problems(config)[1]
+        == "notify.0: the URL it holds is not http:// or https://"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "uid", "refused"),
+    [(0o600, 0, False), (0o644, 0, False), (0o640, 1000, True), (0o666, 0, True), (0o620, 0, True)],
+)
+def test_a_secret_file_someone_else_can_write_is_refused_with_the_fix(
+    tmp_path: Path, mode: int, uid: int, refused: bool
+) -> None:
+    key = _secret_file(tmp_path, mode, uid)
+    config = cfg.parse(
+        {"llm": {**MINIMAL["llm"], "api_key_file": str(key)}, "notify": [{"url_file": str(key)}]}
+    )
+    problems = secrets.secret_problems(config)
+    assert len(problems) == (2 if refused else 0), problems
+    for problem in problems:
+        assert f"fix: chown root:root {key} && chmod 0600 {key}" in problem
+
+
+def test_api_key_shape_is_checked_without_quoting_the_key() -> None:
+    from sparkwarden.base.errors import scrub
+    from sparkwarden.config.secretfiles import key_problem
+
+    assert key_problem("sk-abc123\n") is None and key_problem("") is None
+    for bad in ("sk-abc\n# mine\n", "sk abc", "sk-abc\tx", "sk-\x00abc", "sk-é"):
+        problem = key_problem(bad)
+        assert problem is not None and "abc" not in problem
+    said = "LocalProtocolError: Illegal header value b'Bearer sk-abc\\n# mine'"
+    assert (
+        scrub(said, "sk-abc\n# mine")
+        == "LocalProtocolError: Illegal header value b'Bearer [redacted]'"
+    )
+    assert (
+        scrub("Authorization: Bearer sk-xyz and more")
+        == "Authorization: Bearer [redacted] and more"
+    )

@@ -1,0 +1,131 @@
+"""The loop's order of reads and acts: the real daemon's wiring over recording adapters.
+
+What the pure decider decides is tested in ``test_decide``; these check when the loop reads and
+acts, which a decider of its inputs cannot see: the journal read at the gate's moment, and the
+memory floor acted on before the engine's slow HTTP reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sparkwarden.adapters.docker_events import ContainerEvent
+from sparkwarden.adapters.host import Memory
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.config.schema import parse
+from sparkwarden.daemon.handlers import WAKE, apply_admin
+from sparkwarden.daemon.loop import Daemon
+from sparkwarden.restart.journal import Journal
+from sparkwarden.surfaces.control_schema import HoldRequest
+from sparkwarden.vllm.client import ChatOutcome, Health
+
+
+class Recorder:
+    """Docker, vLLM and the host in one, noting each call in order."""
+
+    def __init__(self, llm_status: str = "running", available_gib: float = 100.0) -> None:
+        self.calls: list[str] = []
+        self.llm_status = llm_status
+        self.available_gib = available_gib
+
+    def inspect(self, name: str) -> ContainerState:
+        self.calls.append(f"inspect {name}")
+        status = self.llm_status if name == "vllm" else "running"
+        started = datetime.now(UTC) - timedelta(hours=2)
+        return ContainerState(name, "id", status, started, None, 0, False)
+
+    def pause(self, name: str) -> None:
+        self.calls.append(f"pause {name}")
+
+    def unpause(self, name: str) -> None:
+        self.calls.append(f"unpause {name}")
+
+    def metrics(self, timeout: float) -> str | None:
+        self.calls.append("GET /metrics")
+        return None
+
+    def health(self, timeout: float) -> Health:
+        self.calls.append("GET /health")
+        return Health("up", "ok")
+
+    def served_model(self) -> str:
+        return "m"
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        self.calls.append("POST chat")
+        return ChatOutcome(True, "ok")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def memory(self) -> Memory:
+        self.calls.append("memory")
+        return Memory(self.available_gib, 128.0)
+
+
+def make_daemon(tmp_path: Path, rec: Recorder, **sections: dict[str, object]) -> Daemon:
+    raw: dict[str, dict[str, object]] = {
+        "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
+        "schedule": {"cron": ""},
+        "state": {"dir": str(tmp_path / "state")},
+        "control": {"socket": str(tmp_path / "s.sock"), "group": ""},
+    }
+    for key, values in sections.items():
+        raw.setdefault(key, {}).update(values)
+    daemon = Daemon(parse(raw))
+    daemon.parts.docker.close()
+    daemon.parts.docker = rec  # type: ignore[assignment]
+    daemon.parts.vllm = rec  # type: ignore[assignment]
+    daemon.parts.host = rec  # type: ignore[assignment]
+    return daemon
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Daemon]]:
+    made: list[Daemon] = []
+    yield made
+    for daemon in made:
+        daemon.parts.close()
+
+
+def test_a_hold_written_behind_a_queued_crash_stops_its_restart(
+    tmp_path: Path, closing: list[Daemon]
+) -> None:
+    """The crash is handled in the pass before the WAKE: the gate must read the hold itself."""
+    daemon = make_daemon(tmp_path, Recorder(llm_status="exited"))
+    closing.append(daemon)
+    ran: list[str] = []
+    daemon.hands.sequence = lambda reason, why, call=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
+    daemon.queue.put(ContainerEvent("vllm", "die", time.time(), exit_code=137))
+    operator = Journal(daemon.config.state.dir)  # `sparkwarden hold`, from another process
+    try:
+        assert apply_admin(operator, HoldRequest(cmd="hold", seconds=3600, reason="maint"))["ok"]
+    finally:
+        operator.close()
+    daemon.queue.put(WAKE)
+    daemon._handle(daemon.queue.get())  # one pass of the loop: the die
+    assert daemon.mind.pending is not None and daemon.mind.pending.reason == "crash"
+    daemon._gate(time.time())
+    assert ran == []
+    assert daemon.mind.pending is None  # refused for the hold, not left waiting
+
+
+def test_the_memory_floor_pauses_voice_before_the_engine_is_read(
+    tmp_path: Path, closing: list[Daemon]
+) -> None:
+    rec = Recorder(available_gib=1.0)
+    daemon = make_daemon(
+        tmp_path,
+        rec,
+        voice={"containers": ["tts"]},
+        memory={"floor_gib": 8, "floor_for": "0s", "floor_action": "pause_voice"},
+    )
+    closing.append(daemon)
+    daemon._tick(time.time())
+    assert "pause tts" in rec.calls and "GET /metrics" in rec.calls
+    assert rec.calls.index("pause tts") < rec.calls.index("GET /metrics")

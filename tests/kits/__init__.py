@@ -1,0 +1,1 @@
+"""Shared test kits: commands, daemons, the gateway, private Docker engines, soundness."""

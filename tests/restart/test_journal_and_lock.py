@@ -1,0 +1,122 @@
+"""The journal records before and after; the lock lets one sequence run and survives kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkwarden.base.errors import LockBusy
+from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.lock import RunLock
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_796_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_run_and_its_steps_in_the_contract_shape(tmp_path: Path) -> None:
+    clock = FakeClock()
+    journal = Journal(tmp_path, clock=clock)
+    run = journal.begin_run("manual")
+    journal.set_container(run, "vllm-35b", "abc123")
+    step = journal.begin_step(run, "detect")
+    clock.now += 1.5
+    assert journal.end_step(step, "ok", {"summary": "found"}) == 1.5
+    journal.end_run(run, "ok")
+    (record,) = journal.runs()
+    as_json = record.to_json()
+    assert set(as_json) >= {
+        "id",
+        "reason",
+        "result",
+        "started_at",
+        "ended_at",
+        "container",
+        "error",
+        "steps",
+    }
+    assert as_json["result"] == "ok" and as_json["container"] == "vllm-35b"
+    assert as_json["started_at"].startswith("2026-")
+    assert as_json["steps"] == [
+        {
+            "name": "detect",
+            "result": "ok",
+            "started_at": as_json["started_at"],
+            "duration_s": 1.5,
+            "detail": {"summary": "found"},
+        }
+    ]
+
+
+def test_written_before_acting_survives_for_repair(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    run = journal.begin_run("uptime")
+    journal.remember(run, voice_paused=["stt"], voice_mode="pause")
+    journal.remember(run, llm_stopped=True)
+    journal.begin_step(run, "stop_llm")
+    journal.close()
+
+    reopened = Journal(tmp_path)
+    (unfinished,) = reopened.unfinished()
+    assert unfinished.plan == {"voice_paused": ["stt"], "voice_mode": "pause", "llm_stopped": True}
+    reopened.mark_interrupted(unfinished.id, "sparkwarden died")
+    record = reopened.run(unfinished.id)
+    assert record is not None and record.result == "interrupted"
+    assert record.steps[0].result == "failed" and record.steps[0].detail["interrupted"] is True
+    assert reopened.unfinished() == []
+
+
+def test_journal_is_wal_and_private(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "state")
+    mode = journal._db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    assert oct(journal.path.stat().st_mode & 0o777) == "0o640"
+
+
+def test_second_holder_is_refused_with_the_first_named(tmp_path: Path) -> None:
+    first = RunLock(tmp_path)
+    first.acquire("manual")
+    first.set_run(7, "manual")
+    with pytest.raises(LockBusy, match=r"run #7, reason manual, pid \d+"):
+        RunLock(tmp_path).acquire("schedule")
+    assert "run #7" in (RunLock(tmp_path).held_by_other() or "")
+    first.release()
+    again = RunLock(tmp_path)
+    again.acquire("schedule")
+    again.release()
+
+
+def test_lock_of_a_killed_holder_is_free(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; from pathlib import Path; from sparkwarden.restart.lock import RunLock; "
+        f"RunLock(Path({str(tmp_path)!r})).acquire('manual'); print('held', flush=True); "
+        "time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockBusy):
+            RunLock(tmp_path).acquire("manual")
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 5
+    lock = RunLock(tmp_path)
+    while True:
+        try:
+            lock.acquire("manual")
+            break
+        except LockBusy:
+            assert time.monotonic() < deadline, "the kernel did not drop a dead holder's lock"
+            time.sleep(0.05)
+    lock.release()

@@ -1,0 +1,143 @@
+"""doctor's checks over every way a vLLM command line is written, on inspect data (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkwarden.vllm import serve_flags
+from sparkwarden.vllm.doctor_rules import check_llm, host_path, vllm_config_file
+
+SPEC = '{"method": "dflash", "num_speculative_tokens": 15}'
+
+
+def attrs(
+    *cmd: str, stop: int | None = 120, mounts: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    return {
+        "Config": {"Cmd": list(cmd), "StopTimeout": stop, "WorkingDir": "/srv"},
+        "HostConfig": {"Init": True, "RestartPolicy": {"Name": "no"}},
+        "Mounts": mounts or [{"Destination": "/root/.cache/vllm", "Source": "/var/cache/vllm"}],
+    }
+
+
+def checks(a: dict[str, Any], stop_timeout: float = 120.0) -> dict[str, Any]:
+    argv = a["Config"]["Cmd"]
+    loaded, problem = vllm_config_file(a, argv)
+    flags = serve_flags.read(argv, loaded)
+    return {f.check: f for f in check_llm("llm", a, 121.0, flags, stop_timeout, problem)}
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["vllm", "serve", "m", "--gpu-memory-utilization", "0.9", "-sc", SPEC],
+        [
+            "vllm",
+            "serve",
+            "m",
+            "--gpu-memory-utilization=0.9",
+            "--speculative-config.method=dflash",
+        ],
+        ["bash", "-c", f"vllm serve m --gpu-memory-utilization 0.9 --speculative-config '{SPEC}'"],
+        [
+            "sh",
+            "-c",
+            "exec vllm serve m --gpu_memory_utilization 0.9 --speculative-config.method dflash",
+        ],
+    ],
+)
+def test_doctor_reads_every_form(cmd: list[str]) -> None:
+    found = checks(attrs(*cmd))
+    assert found["gpu-memory-utilization"].severity == "error"
+    assert "dflash" in found["drafter-scratch"].message
+
+
+def test_disable_log_stats_is_an_error_with_its_fix() -> None:
+    found = checks(attrs("bash", "-c", "vllm serve m --disable-log-stats"))
+    assert found["disable-log-stats"].severity == "error"
+    assert "remove --disable-log-stats" in found["disable-log-stats"].fix
+    assert "disable-log-stats" not in checks(attrs("vllm", "serve", "m"))
+
+
+def test_config_yaml_is_read_through_the_mounts(tmp_path: Path) -> None:
+    (tmp_path / "serve.yaml").write_text(
+        "gpu-memory-utilization: 0.9\ndisable-log-stats: true\n"
+        "speculative-config:\n  method: mtp\n  num_speculative_tokens: 3\n"
+    )
+    mounts = [{"Destination": "/etc/vllm", "Source": str(tmp_path)}]
+    found = checks(attrs("vllm", "serve", "m", "--config", "/etc/vllm/serve.yaml", mounts=mounts))
+    assert found["gpu-memory-utilization"].severity == "error"
+    assert "mtp" in found["drafter-scratch"].message
+    assert "disable-log-stats" in found and "config-file" not in found
+    # relative to the container's working directory
+    mounts = [{"Destination": "/srv", "Source": str(tmp_path)}]
+    found = checks(attrs("vllm", "serve", "m", "--config=serve.yaml", mounts=mounts))
+    assert "disable-log-stats" in found
+
+
+def test_config_yaml_that_cannot_be_read_is_a_finding(tmp_path: Path) -> None:
+    found = checks(attrs("vllm", "serve", "m", "--config", "/etc/vllm/serve.yaml"))
+    assert found["config-file"].severity == "warning"
+    assert "on no mount" in found["config-file"].message
+    mounts = [{"Destination": "/etc/vllm", "Source": str(tmp_path)}]
+    found = checks(attrs("vllm", "serve", "m", "--config", "/etc/vllm/gone.yaml", mounts=mounts))
+    assert f"at {tmp_path}/gone.yaml" in found["config-file"].message
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    found = checks(attrs("vllm", "serve", "m", "--config", "/etc/vllm/list.yaml", mounts=mounts))
+    assert "not a YAML mapping" in found["config-file"].message
+
+
+def test_host_path_takes_the_longest_mount() -> None:
+    a = attrs(
+        mounts=[
+            {"Destination": "/etc", "Source": "/host/etc"},
+            {"Destination": "/etc/vllm", "Source": "/host/vllm"},
+        ]
+    )
+    assert host_path(a, "/etc/vllm/x.yaml") == "/host/vllm/x.yaml"
+    assert host_path(a, "/etc/other.yaml") == "/host/etc/other.yaml"
+    assert host_path(a, "/etcetera/x.yaml") is None
+
+
+def test_stop_timeouts_shorter_than_vllms_own_drain() -> None:
+    cmd = ("vllm", "serve", "m", "--shutdown-timeout", "120")
+    found = checks(attrs(*cmd, stop=60), stop_timeout=120.0)
+    assert found["shutdown-timeout"].severity == "info"  # stop_llm waits the longer time itself
+    assert found["shutdown-timeout"].fix.startswith('set llm.stop_timeout to "150s" or more')
+    assert found["container-shutdown-timeout"].severity == "warning"
+    assert found["container-shutdown-timeout"].fix == "recreate it with --stop-timeout 150"
+    found = checks(attrs(*cmd, stop=200), stop_timeout=150.0)
+    assert "shutdown-timeout" not in found and "container-shutdown-timeout" not in found
+    # no --shutdown-timeout (0.33's default 0, and every older vLLM): nothing to align
+    assert "shutdown-timeout" not in checks(attrs("vllm", "serve", "m", stop=30), 30.0)
+    bad = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "soon"))
+    assert bad["shutdown-timeout"].severity == "error"
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--per-request-spec-decode-metrics", "summary"],
+        ["--per-request-spec-decode-metrics=detailed"],
+        ["--per_request_spec_decode_metrics", "summary"],
+    ],
+)
+def test_a_drafter_without_per_request_stats_is_told_how_canaries_count_under_load(
+    flag: list[str],
+) -> None:
+    found = checks(attrs("vllm", "serve", "m", "-sc", SPEC))
+    assert found["per-request-spec-decode-metrics"].severity == "info"
+    assert (
+        "--per-request-spec-decode-metrics summary" in found["per-request-spec-decode-metrics"].fix
+    )
+    assert "per-request-spec-decode-metrics" not in checks(
+        attrs("vllm", "serve", "m", "-sc", SPEC, *flag)
+    )
+    off = checks(
+        attrs("vllm", "serve", "m", "-sc", SPEC, "--per-request-spec-decode-metrics", "none")
+    )
+    assert "per-request-spec-decode-metrics" in off
+    assert "per-request-spec-decode-metrics" not in checks(attrs("vllm", "serve", "m"))

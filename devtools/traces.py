@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from devtools.standin.vllm_standin import Counters, conditional, exposition, prompt_class
-from sparkwarden.canary_round import Reading, Round
+from sparkwarden.evidence.canary_reading import Reading, Round
 
 K = 5
 #: tokens the KV cache holds (vllm:kv_cache_usage_perc = tokens held / this)

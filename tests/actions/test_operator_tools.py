@@ -280,8 +280,8 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     assert families["sparkwarden_gave_up"][0].value == 0.0
     assert families["sparkwarden_last_finished_run_ok"][0].value == 1.0  # the crash run's ok
     used = set(families)
-    readme = (ROOT / "README.md").read_text()
-    for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", readme)):  # every metric README names
+    manual = "".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+    for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", manual)):  # every metric the docs name
         assert name.removesuffix("_total") in used, name
     for name in set(re.findall(r"\bsparkwarden_[a-z_]+", ALERTS.read_text())):
         assert name in used, f"alerts.yml uses {name}, which sparkwarden does not export"

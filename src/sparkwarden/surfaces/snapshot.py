@@ -20,7 +20,7 @@ STATES: Final[tuple[State, ...]] = get_args(State)
 class DaemonView:
     running: bool
     pid: int | None
-    state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
+    state: str  # a State, with the step while restarting ("restarting: step 3 of 9: stop_llm")
     pending: str | None
     drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
 

@@ -476,8 +476,8 @@ def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None
     box.ok("systemctl daemon-reload && systemctl restart sparkwarden")
     assert box.show("NRestarts") == "0"
     box.ok(
-        '/opt/sparkwarden/bin/python -c "from pathlib import Path; from sparkwarden import '
-        "control; print(control.call(Path('/run/sparkwarden/control.sock'), "
+        '/opt/sparkwarden/bin/python -c "from pathlib import Path; from sparkwarden.surfaces '
+        "import control; print(control.call(Path('/run/sparkwarden/control.sock'), "
         "{'cmd': 'fault', 'name': 'hang-loop'}))\""
     )
     wait_for("a watchdog restart", lambda: int(box.show("NRestarts")) >= 1, timeout=60)

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sparkwarden.base.version import version
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -88,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparkwarden",
         description="Keeps the vLLM engine of a DGX Spark serving: safe restarts, supervision.",
         parents=[common],
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"sparkwarden {version()}", help="and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -360,9 +360,15 @@ def test_kill_9_mid_sequence_then_a_new_daemon_repairs(stage: Stage, start_daemo
     assert stage.status(stt) == "running" and stage.status(llm) == "running"
 
 
-def test_sigterm_mid_sequence_resumes_voice_before_exit(stage: Stage, start_daemon: Any) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "60")
+def test_an_upgrade_mid_boot_hands_the_run_to_the_next_daemon(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """SIGTERM (what `install-service` sends the old code) while the started engine loads: the
+    old daemon neither resumes voice nor records a verdict; the new one finishes the run as a
+    repair, /health then the chat probe, and only then resumes voice."""
+    llm, port = stage.llm("llm", "--boot-delay", "15")
     stt = stage.voice("stt")
+    wait_healthy(port, timeout=60)
     daemon = start_daemon([llm], port, [stt])
     restart = start_cli(daemon.config, "restart")
     try:
@@ -371,11 +377,26 @@ def test_sigterm_mid_sequence_resumes_voice_before_exit(stage: Stage, start_daem
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
     finally:
-        restart.wait(timeout=30)
+        out, err = restart.communicate(timeout=30)
+    assert restart.returncode == 1 and "the next sparkwarden finishes it" in err, out + err
     run = daemon.history()[0]
-    assert run["result"] == "failed" and "sparkwarden is stopping" in run["error"]
-    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
-    assert restart.returncode == 1
+    assert run["result"] == "running" and run["error"] is None, run  # no verdict yet
+    assert stage.status(stt) == "paused"  # not beside an engine nobody has proven
+    assert '"run_handed_over"' in daemon.text() and '"run_ended"' not in daemon.text()
+    started_at = stage.attrs(llm)["State"]["StartedAt"]
+
+    second = start_daemon([llm], port, [stt], ready=False)
+    repair = wait_for("the repair's end", lambda: second.runs_with("repair"), timeout=90)[0]
+    assert repair["result"] == "ok", repair
+    steps = {s["name"]: s for s in repair["steps"]}
+    assert steps["stop_llm"]["result"] == "skipped"  # the loading engine is not restarted
+    assert steps["wait_health"]["result"] == "ok" and steps["chat_probe"]["result"] == "ok"
+    assert steps["resume_voice"]["result"] == "ok"
+    assert steps["resume_voice"]["started_at"] > steps["chat_probe"]["started_at"]
+    assert stage.attrs(llm)["State"]["StartedAt"] == started_at
+    first = next(r for r in second.history() if r["id"] == run["id"])
+    assert first["result"] == "interrupted", first
+    assert_sound(stage, second.history(), llm=llm, port=port, voice={stt: "running"})
 
 
 def test_watchdog_ready_status_and_pings_stop_when_the_loop_is_stuck(

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import Kept
@@ -109,6 +109,8 @@ class Hands:
         outcome = None
         try:
             outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
+        except HandedOver:
+            return None  # left open, voice paused: the next daemon's repair finishes it
         finally:
             self.run_lock.release()
             self.step = None
@@ -141,9 +143,12 @@ class Hands:
                 # Marked interrupted only once the repair has written what it adopted: a kill
                 # in between leaves a run that still says what to resume.
                 adopted = self._mark_when_adopted(run.id, note, time.time())
-                outcome = sequence.restart(
-                    cfg, "repair", self.parts, observer=adopted, resume=resume
-                )
+                try:
+                    outcome = sequence.restart(
+                        cfg, "repair", self.parts, observer=adopted, resume=resume
+                    )
+                except HandedOver:
+                    break  # stopping again mid-boot: the next daemon repairs this repair
                 log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
             finally:
                 self.run_lock.release()

@@ -74,7 +74,10 @@ class ManualCall:
                 "ok": bool(outcome and outcome.ok),
                 "run": self.run_id,
                 "container": outcome.container if outcome else None,
-                "error": outcome.error if outcome else "sparkwarden stopped mid-run",
+                "error": outcome.error
+                if outcome
+                else "sparkwarden stopped mid-run; the next sparkwarden finishes it "
+                "(see 'sparkwarden history')",
             }
         )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
+from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind
 from sparkwarden.daemon.gates import budget
@@ -111,6 +112,7 @@ def build(
             ),
             pending=mind.pending.reason if mind.pending else None,
             drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
+            version=version(),
         ),
         llm=LlmView(
             container=active.name if active else None,

@@ -34,6 +34,12 @@ class SnapshotCollector(Collector):
             return
         daemon, llm, mem, acc, budget = s.daemon, s.llm, s.memory, s.acceptance, s.budget
 
+        info = GaugeMetricFamily(
+            "sparkwarden_build_info", "1, labelled with the version it runs", labels=["version"]
+        )
+        info.add_metric([daemon.version], 1.0)
+        yield info
+
         runs = CounterMetricFamily(
             "sparkwarden_runs", "Restart runs by reason and result", labels=["reason", "result"]
         )

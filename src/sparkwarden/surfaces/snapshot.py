@@ -23,6 +23,7 @@ class DaemonView:
     state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
     pending: str | None
     drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
+    version: str = ""  # the code this daemon runs (an upgrade not restarted onto shows here)
 
 
 @dataclass(frozen=True)

@@ -315,5 +315,6 @@ class Daemon:
             self.hands.step,
             self.ready,
             running,
+            self.hands.booting(),
         )
         return self.reporter.publish(snapshot)

@@ -83,6 +83,7 @@ def build(
     step: str | None,
     ready: bool,
     running: bool,
+    booting: dict[str, Any] | None = None,
 ) -> Snapshot:
     now = datetime.now(UTC)
     t = now.timestamp()
@@ -161,6 +162,7 @@ def build(
             if cfg.gateway
             else None
         ),
+        booting=booting if running else None,
     )
 
 

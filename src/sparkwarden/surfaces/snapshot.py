@@ -99,6 +99,8 @@ class Snapshot:
     reboot_required: bool = False
     memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
     gateway: GatewayView | None = None  # the users' path, with a [gateway]
+    #: a run waiting for the started engine: run, reason, why, waited_s, health_timeout_s
+    booting: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,36 @@ def socket_of(config: Path) -> Path:
     return load(config).control.socket
 
 
+#: The most columns each command's text may take on an operator's terminal (issue 26).
+COLUMNS = {"status": 80, "history": 100, "doctor": 100, "restart": 100}
+
+
+def too_wide(args: Sequence[str], *outputs: str) -> list[str]:
+    """The lines of a ``status``/``history``/``doctor``/``restart`` text that do not fit its
+    width (log lines, JSON, are the journal's, not the terminal's)."""
+    command = next((a for a in args if a in COLUMNS), None)
+    if command is None or "--json" in args:
+        return []
+    return [
+        line
+        for out in outputs
+        for line in out.splitlines()
+        if len(line) > COLUMNS[command] and not line.startswith("{")
+    ]
+
+
 def run_cli(
     config: Path | None,
     *args: str,
     timeout: float = 120,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``sparkwarden ARGS`` as its own process, exactly as an operator runs it."""
+    """``sparkwarden ARGS`` as its own process, exactly as an operator runs it; every text it
+    prints for a person fits the terminal, whatever state the test made."""
     command = [sys.executable, "-m", "sparkwarden"]
     if config is not None:
         command += ["--config", str(config)]
-    return subprocess.run(
+    result = subprocess.run(
         [*command, *args],
         capture_output=True,
         text=True,
@@ -37,6 +57,9 @@ def run_cli(
         cwd=ROOT,
         check=False,
     )
+    wide = too_wide(args, result.stdout, result.stderr)
+    assert wide == [], f"sparkwarden {' '.join(args)}: lines too wide: {wide}"
+    return result
 
 
 def history(config: Path) -> list[dict[str, Any]]:
@@ -54,12 +77,26 @@ def running_step(config: Path) -> str | None:
     return next((s["name"] for s in steps if s["result"] == "running"), None)
 
 
+class _Checked(subprocess.Popen[str]):
+    """A background ``sparkwarden``: what it printed is checked for width when read."""
+
+    args_given: tuple[str, ...] = ()
+
+    def communicate(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        out, err = super().communicate(*args, **kwargs)
+        wide = too_wide(self.args_given, out or "", err or "")
+        assert wide == [], f"sparkwarden {' '.join(self.args_given)}: lines too wide: {wide}"
+        return out, err
+
+
 def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:
     """``sparkwarden ARGS`` in the background (the caller waits for it or kills it)."""
-    return subprocess.Popen(
+    proc = _Checked(
         [sys.executable, "-m", "sparkwarden", "--config", str(config), *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    proc.args_given = args
+    return proc

@@ -41,6 +41,8 @@ class ManualCall:
     """An operator's restart through the socket: its steps are streamed back to the caller."""
 
     reason: str
+    #: who asked, for history ("alice (uid 1001, pid 4242)")
+    by: str = "an operator"
     requested_at: float = field(default_factory=time.time)
     started: threading.Event = field(default_factory=threading.Event)
     run_id: int | None = None
@@ -154,7 +156,7 @@ class Handlers:
         One operator request at a time: a second one, while the first is queued or running,
         is refused at once rather than run after it.
         """
-        call = ManualCall(reason)
+        call = ManualCall(reason, by=peer.who())
         with self.manual_lock:
             queued = self.manual_call
             busy = self.busy() if queued is None else None

@@ -54,6 +54,8 @@ STEPS: Final = (
     "gateway_probe",
     "resume_voice",
 )
+#: The step-name column of ``restart``, ``restart --dry-run`` and ``history``: the longest + 1.
+NAME_WIDTH: Final = max(map(len, STEPS)) + 1
 
 log = logs.get("sparkwarden.sequence")
 

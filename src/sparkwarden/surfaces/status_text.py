@@ -10,11 +10,11 @@ import contextlib
 import json
 import os
 import re
-import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
 STATUS_FILE = "status.json"
@@ -220,22 +220,12 @@ def format_text(s: dict[str, Any]) -> str:
         ]
         for row in _wrap(steps, WIDTH - len(INDENT)):
             lines.append(f"{INDENT}{row}")
-    return "\n".join(row for line in lines for row in fit(inert(line)))  # escaped, then wrapped
+    return fit_all([inert(line) for line in lines], WIDTH, INDENT)  # escaped, then wrapped
 
 
 #: Wide enough for any terminal; continuation lines start under the values.
 WIDTH = 79
 INDENT = " " * 13
-
-
-def fit(line: str, width: int = WIDTH) -> list[str]:
-    """``line`` as rows of at most ``width`` columns, continued under the values: never cut,
-    since the end of a line is often its cause ("... last trigger crash: exited 137")."""
-    if len(line) <= width:
-        return [line]
-    return textwrap.wrap(
-        line, width, subsequent_indent=INDENT, break_on_hyphens=False, drop_whitespace=True
-    )
 
 
 def _version_lines(running: str | None) -> list[str]:

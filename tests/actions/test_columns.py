@@ -20,7 +20,7 @@ def test_fit_keeps_every_word_within_the_width(words: list[str]) -> None:
 
 def test_the_step_column_holds_the_longest_name_and_a_space() -> None:
     """'[8/9] gateway_probeskipped': the column was one character short."""
-    assert NAME_WIDTH == max(len(s) for s in STEPS) + 1
+    assert max(len(s) for s in STEPS) + 1 == NAME_WIDTH
     assert f"{'gateway_probe':<{NAME_WIDTH}}skipped" == "gateway_probe skipped"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from sparkwarden.actions import install
 from sparkwarden.base.errors import SparkwardenError
-from tests.kits.commands import ROOT
+from tests.kits.commands import docs_text
 
 EXE = "/opt/sparkwarden/bin/sparkwarden"
 
@@ -28,7 +28,7 @@ def sparkwarden(
         if command == "install-service":
             assert install.install(root, start=False) == 0
         else:
-            assert install.uninstall(root, purge=False) == 0
+            assert install.uninstall(root, purge=command.endswith("--purge")) == 0
         return capsys.readouterr().out
 
     return run
@@ -71,4 +71,38 @@ def test_the_protecthome_refusal_installs_what_readme_installs(
     with pytest.raises(SparkwardenError) as refused:
         install.executable()
     assert install.README_INSTALL in str(refused.value)
-    assert install.README_INSTALL + "  # this checkout" in (ROOT / "README.md").read_text()
+    # typed in the checkout itself, whatever its folder is called (not ./sparkwarden)
+    assert install.README_INSTALL.endswith("/bin/pip install .")
+    assert install.README_INSTALL + "  # in this checkout" in docs_text()
+
+
+def test_a_refused_install_creates_no_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, ...]] = []
+    monkeypatch.setattr(install.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(install, "_group_id", lambda: None)
+    monkeypatch.setattr(install, "_run", lambda *argv: ran.append(argv))
+    monkeypatch.setattr(sys, "argv", ["/home/op/venv/bin/sparkwarden"])
+    monkeypatch.setattr(install.shutil, "which", lambda name: "/home/op/venv/bin/sparkwarden")
+    with pytest.raises(SparkwardenError, match="ProtectHome"):
+        install.install(None, start=True)
+    assert ran == []  # no groupadd, nothing at all
+
+
+def test_uninstall_twice_then_purge_finishes_and_says_what_it_leaves(
+    tmp_path: Path, sparkwarden: Callable[..., str]
+) -> None:
+    sparkwarden("install-service", tmp_path)
+    (tmp_path / "var/lib/sparkwarden").mkdir(parents=True)
+    (tmp_path / "opt/sparkwarden/bin").mkdir(parents=True)
+    first = sparkwarden("uninstall-service", tmp_path)
+    assert f"removing {tmp_path}/etc/systemd/system/sparkwarden.service" in first
+    assert f"kept {tmp_path}/etc/sparkwarden (config, secrets)" in first
+    assert f"{tmp_path}/opt/sparkwarden (the program) (--purge removes them)" in first
+    again = sparkwarden("uninstall-service", tmp_path)
+    assert "nothing to stop or disable" in again
+    purged = sparkwarden("uninstall-service --purge", tmp_path)
+    for gone in ("etc/sparkwarden", "var/lib/sparkwarden", "opt/sparkwarden"):
+        assert f"removing {tmp_path}/{gone}" in purged
+        assert not (tmp_path / gone).exists()
+    assert "left on purpose: your containers and images" in purged
+    assert "nothing to stop or disable" in sparkwarden("uninstall-service --purge", tmp_path)

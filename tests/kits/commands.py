@@ -13,6 +13,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def docs_text() -> str:
+    """What an operator reads: README and its chapters in docs/ (the lead splits README)."""
+    chapters = sorted((ROOT / "docs").glob("*.md")) if (ROOT / "docs").is_dir() else []
+    return "\n".join(path.read_text() for path in [ROOT / "README.md", *chapters])
+
+
 def socket_of(config: Path) -> Path:
     from sparkwarden.config.schema import load
 

@@ -132,7 +132,9 @@ class Handlers:
         self.manual_call: ManualCall | None = None
 
     def __call__(self, request: Any, peer: Peer) -> Answer:
-        log.info("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
+        # status is routine (a watch loop asks every few seconds): debug, not the journal's info
+        routine = log.debug if isinstance(request, StatusRequest) else log.info
+        routine("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
         if isinstance(request, StatusRequest):
             return {"ok": True, "status": self.snapshot()}
         if isinstance(request, RestartRequest):

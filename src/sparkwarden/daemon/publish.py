@@ -170,6 +170,8 @@ def status_line(s: Snapshot) -> str:
     """systemd's ``STATUS=``: one line, minutes only so it changes rarely."""
     llm, acc, mem = s.llm, s.acceptance, s.memory
     parts = [s.daemon.state]
+    if not llm.container:  # e.g. the shipped example config's names: say so where systemd shows
+        parts.append(f"no LLM container: {llm.note or 'none of llm.containers found'}")
     if llm.container:
         up = llm.uptime_s
         parts.append(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from devtools.standin.stage import Stage, wait_healthy, write_config
 from sparkwarden.actions import install
 from sparkwarden.base.errors import SparkwardenError
 from tests.kits.commands import docs_text
@@ -106,3 +108,23 @@ def test_uninstall_twice_then_purge_finishes_and_says_what_it_leaves(
         assert not (tmp_path / gone).exists()
     assert "left on purpose: your containers and images" in purged
     assert "nothing to stop or disable" in sparkwarden("uninstall-service --purge", tmp_path)
+
+
+@pytest.mark.docker
+def test_install_says_what_the_daemon_will_do_first(stage: Stage, tmp_path: Path) -> None:
+    """An engine already past max_uptime is restarted as soon as the daemon starts: install
+    says so and suggests a hold; a container the config names that Docker lacks is said too."""
+    llm, port = stage.llm("llm")
+    wait_healthy(port)
+    time.sleep(2.5)
+    config = write_config(tmp_path / "sw.toml", tmp_path / "state", [llm, "vllm-27b"], port, [])
+    text = config.read_text().replace("[watch]\n", '[watch]\nmax_uptime = "2s"\n')
+    if "[watch]" not in text:
+        text += '\n[watch]\nmax_uptime = "2s"\n'
+    config.write_text(text)
+    said = install.before_start(config)
+    assert any("vllm-27b, which this Docker engine does not have" in s for s in said), said
+    [past] = [s for s in said if "past watch.max_uptime" in s]
+    assert past.startswith(f"{llm} has been up ") and "sparkwarden hold 2h" in past
+    config.write_text(text.replace('max_uptime = "2s"', 'max_uptime = "20h"'))
+    assert not [s for s in install.before_start(config) if "max_uptime" in s]

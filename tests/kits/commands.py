@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def docs_text() -> str:
     """What an operator reads: README and its chapters in docs/ (the lead splits README)."""
     chapters = sorted((ROOT / "docs").glob("*.md")) if (ROOT / "docs").is_dir() else []
+    chapters = [c for c in chapters if not c.name.startswith("notes-")]  # helpers' notes
     return "\n".join(path.read_text() for path in [ROOT / "README.md", *chapters])
 
 

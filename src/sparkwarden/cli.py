@@ -213,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _refuse(exc: Exception, code: int) -> int:
-    print(f"sparkwarden: {exc}", file=sys.stderr)
+    from sparkwarden.base.columns import fit_all
+
+    print(fit_all([f"sparkwarden: {exc}"]), file=sys.stderr)
     return code
 
 

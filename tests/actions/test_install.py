@@ -128,3 +128,20 @@ def test_install_says_what_the_daemon_will_do_first(stage: Stage, tmp_path: Path
     assert past.startswith(f"{llm} has been up ") and "sparkwarden hold 2h" in past
     config.write_text(text.replace('max_uptime = "2s"', 'max_uptime = "20h"'))
     assert not [s for s in install.before_start(config) if "max_uptime" in s]
+
+
+def test_installed_by_the_bare_name_the_unit_starts_the_program_not_the_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sparkwarden install-service` (an upgrade, through /usr/local/bin's link): ExecStart
+    named the link itself, and uninstall-service then kept the link."""
+    program = tmp_path / "opt/sparkwarden/bin/sparkwarden"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    link = tmp_path / "usr/local/bin/sparkwarden"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(program)
+    monkeypatch.setattr(sys, "argv", ["sparkwarden"])
+    monkeypatch.setattr(sys, "executable", str(program.with_name("python")))
+    monkeypatch.setattr(install.shutil, "which", lambda name: str(link))
+    assert install.executable() == str(program)

@@ -33,7 +33,9 @@ COLUMNS = {"status": 80, "history": 100, "doctor": 100, "restart": 100}
 def too_wide(args: Sequence[str], *outputs: str) -> list[str]:
     """The lines of a ``status``/``history``/``doctor``/``restart`` text that do not fit its
     width (log lines, JSON, are the journal's, not the terminal's)."""
-    command = next((a for a in args if a in COLUMNS), None)
+    named = [i for i, a in enumerate(args) if a.endswith("sparkwarden")]  # not systemctl's
+    after = args[named[0] + 1 :] if named else []
+    command = next((a for a in after if a in COLUMNS), None)
     if command is None or "--json" in args:
         return []
     return [
@@ -64,7 +66,7 @@ def run_cli(
         cwd=ROOT,
         check=False,
     )
-    wide = too_wide(args, result.stdout, result.stderr)
+    wide = too_wide(["sparkwarden", *args], result.stdout, result.stderr)
     assert wide == [], f"sparkwarden {' '.join(args)}: lines too wide: {wide}"
     return result
 
@@ -91,7 +93,7 @@ class _Checked(subprocess.Popen[str]):
 
     def communicate(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, err = super().communicate(*args, **kwargs)
-        wide = too_wide(self.args_given, out or "", err or "")
+        wide = too_wide(["sparkwarden", *self.args_given], out or "", err or "")
         assert wide == [], f"sparkwarden {' '.join(self.args_given)}: lines too wide: {wide}"
         return out, err
 

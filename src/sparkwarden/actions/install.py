@@ -46,6 +46,8 @@ def packaged(name: str) -> str:
 def executable() -> str:
     """How systemd should start this very installation of sparkwarden."""
     found = shutil.which(sys.argv[0]) or shutil.which("sparkwarden")
+    if found and Path(found).is_symlink():  # the bare name's link: the unit names its target
+        found = str(Path(found).resolve())
     command = str(Path(found).absolute()) if found else f"{sys.executable} -m sparkwarden"
     for real in {Path(found).resolve() if found else None, Path(sys.executable).resolve()}:
         if real is None or not (real.is_relative_to("/root") or real.is_relative_to("/home")):

@@ -380,6 +380,8 @@ def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box)
     assert "by the daemon" in out and "[9/9] resume_voice" in out and "ok:" in out
     runs = box.ok(f"{BIN} history --json")
     assert '"reason": "manual"' in runs and '"result": "ok"' in runs
+    uid = box.ok("id -u alice").strip()
+    assert f"why: requested by alice (uid {uid}, pid " in box.ok(f"{BIN} history")  # who asked
 
     box.ok("cp /etc/sparkwarden/sparkwarden.toml /tmp/bob.toml && chmod 644 /tmp/bob.toml")
     code, out = box.sh(f"{BIN} --config /tmp/bob.toml restart", user="bob")

@@ -374,6 +374,12 @@ def test_an_upgrade_mid_boot_hands_the_run_to_the_next_daemon(
     try:
         wait_for("wait_health", lambda: running_step(daemon.config) == "wait_health")
         assert stage.status(stt) == "paused"
+        boot = wait_for("the boot in status", lambda: daemon.status().get("booting"))
+        assert boot["reason"] == "manual" and boot["why"].startswith("requested by root (uid 0")
+        assert boot["health_timeout_s"] == 30.0 and 0 <= boot["waited_s"] < 30  # write_config
+        text = run_cli(daemon.config, "status").stdout
+        assert "booting:     run #1 (manual: requested by root" in text, text
+        assert "of health_timeout 0m30s" in text.replace("\n             ", " "), text
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
     finally:

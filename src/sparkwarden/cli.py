@@ -213,9 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _refuse(exc: Exception, code: int) -> int:
-    from sparkwarden.base.columns import fit_all
-
-    print(fit_all([f"sparkwarden: {exc}"]), file=sys.stderr)
+    """One line, never wrapped: it names paths of any length, and operators grep for it."""
+    print(f"sparkwarden: {exc}", file=sys.stderr)
     return code
 
 

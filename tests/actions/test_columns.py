@@ -28,6 +28,7 @@ def test_the_width_check_of_the_tests_can_fail() -> None:
     assert too_wide(["sparkwarden", "status"], "x" * 81) == ["x" * 81]
     assert too_wide(["ssh", "spark", "sparkwarden", "status"], "x" * 81) == ["x" * 81]
     assert too_wide(["/opt/bin/sparkwarden", "history"], "x" * 100, "y" * 101) == ["y" * 101]
+    assert too_wide(["sparkwarden", "history"], "", "sparkwarden: " + "refused" * 20) == []
     assert too_wide(["sparkwarden", "status", "--json"], "x" * 500) == []
     assert too_wide(["sparkwarden", "doctor"], '{"event": "log line"' + "x" * 200) == []
     assert too_wide(["systemctl", "status", "sparkwarden"], "x" * 500) == []  # not ours

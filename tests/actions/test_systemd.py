@@ -214,11 +214,16 @@ class Box:
         argv = ["/bin/sh", "-c", command]
         if user != "root":
             argv = ["runuser", "-u", user, "--", *argv]
-        code, raw = self.container.exec_run(argv, demux=False, environment=env, workdir=workdir)
-        out = raw.decode(errors="replace")
-        wide = too_wide(command.split(), out)
+        code, (raw_out, raw_err) = self.container.exec_run(
+            argv, demux=True, environment=env, workdir=workdir
+        )
+        out, err = (
+            (raw_out or b"").decode(errors="replace"),
+            (raw_err or b"").decode(errors="replace"),
+        )
+        wide = too_wide(command.split(), out, err)
         assert wide == [], f"{command!r}: lines too wide: {wide}"
-        return int(code), out
+        return int(code), out + err
 
     def ok(
         self,

@@ -30,20 +30,19 @@ def socket_of(config: Path) -> Path:
 COLUMNS = {"status": 80, "history": 100, "doctor": 100, "restart": 100}
 
 
-def too_wide(args: Sequence[str], *outputs: str) -> list[str]:
+def too_wide(args: Sequence[str], out: str, err: str = "") -> list[str]:
     """The lines of a ``status``/``history``/``doctor``/``restart`` text that do not fit its
-    width (log lines, JSON, are the journal's, not the terminal's)."""
+    width (log lines, JSON, are the journal's, not the terminal's; a refusal on stderr is one
+    line by design: it names paths of any length and operators grep for it)."""
     named = [i for i, a in enumerate(args) if a.endswith("sparkwarden")]  # not systemctl's
     after = args[named[0] + 1 :] if named else []
     command = next((a for a in after if a in COLUMNS), None)
     if command is None or "--json" in args:
         return []
-    return [
-        line
-        for out in outputs
-        for line in out.splitlines()
-        if len(line) > COLUMNS[command] and not line.startswith("{")
+    lines = out.splitlines() + [
+        line for line in err.splitlines() if not line.startswith("sparkwarden: ")
     ]
+    return [line for line in lines if len(line) > COLUMNS[command] and not line.startswith("{")]
 
 
 def run_cli(

@@ -538,7 +538,9 @@ def test_ssh_spark_sparkwarden_status_as_readme_says(box: Box) -> None:
 
 def section_commands(title: str) -> list[str]:
     """The commands in a section's ```sh blocks, as an operator types them (comments off)."""
-    section = docs_text().split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    text = docs_text()
+    assert f"## {title}" in text, f"no section '## {title}' in README.md or docs/*.md"
+    section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
     return [
         line.split("  #", 1)[0].strip()
         for block in section.split("```sh\n")[1:]

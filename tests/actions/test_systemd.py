@@ -447,6 +447,9 @@ def test_a_gave_up_reaches_journalctl_p_err_and_history(box: Box) -> None:
         assert history.startswith("GAVE UP 20") and "restart budget spent" in history, history
     finally:
         box.put("/etc/sparkwarden/sparkwarden.toml", config, 0o600)
+        # as install-service left it: the group reads it (members find the socket through it)
+        box.ok("chgrp sparkwarden /etc/sparkwarden/sparkwarden.toml")
+        box.ok("chmod 640 /etc/sparkwarden/sparkwarden.toml")
         box.ok("systemctl restart sparkwarden")
         # an operator's run brings the engine back and clears the gave-up; a reason with spaces
         out = box.ok("sparkwarden restart --reason 'after the gave-up test'")

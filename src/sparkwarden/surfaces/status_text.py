@@ -141,9 +141,9 @@ def format_text(s: dict[str, Any]) -> str:
     lines = [f"sparkwarden: {head}", *_version_lines(daemon.get("version"))]
     boot = s.get("booting")
     if boot:
-        why = f": {boot['why']}" if boot.get("why") else ""
+        cause = f": {boot['why']}" if boot.get("why") else ""
         lines.append(
-            f"booting:     run #{boot['run']} ({boot['reason']}{why}) waits for the engine: "
+            f"booting:     run #{boot['run']} ({boot['reason']}{cause}) waits for the engine: "
             f"{duration(boot['waited_s'])} of health_timeout {duration(boot['health_timeout_s'])}"
         )
     if not daemon.get("running") and detail:

@@ -419,6 +419,15 @@ def test_the_hardened_unit_rates_at_most_2_5_and_still_does_the_whole_job(
     assert "Operation not permitted" not in journal and SECRET not in journal
 
 
+#: The journal by priority, as docs/notes-26.md gives it ("The journal at 3 a.m.").
+JOURNAL = ("journalctl -u sparkwarden -p err", "journalctl -u sparkwarden -p warning")
+#: Uninstall, as docs/notes-26.md gives it: after the first, the bare name is gone.
+UNINSTALL = (
+    "sparkwarden uninstall-service",
+    "/opt/sparkwarden/bin/sparkwarden uninstall-service --purge",
+)
+
+
 def test_a_gave_up_reaches_journalctl_p_err_and_history(box: Box) -> None:
     """journald files each line at its level: the errors alone under -p err; a status call is
     routine (debug, not logged at the daemon's info); history shows the gave-up."""
@@ -435,9 +444,10 @@ def test_a_gave_up_reaches_journalctl_p_err_and_history(box: Box) -> None:
         box.container.client.containers.get(box.llm).kill()  # type: ignore[attr-defined]
         wait_for(
             "a gave up at priority err",
-            lambda: "gave_up" in box.ok("journalctl -u sparkwarden -p err -o cat"),
+            lambda: "gave_up" in box.ok(JOURNAL[0]),  # as the docs give it
             timeout=60,
         )
+        assert "gave_up" in box.ok(JOURNAL[1])
         errors = box.ok("journalctl -u sparkwarden -p err -o cat").splitlines()
         assert errors and all(json.loads(line)["level"] == "error" for line in errors), errors
         routine = box.ok("journalctl -u sparkwarden -o cat")
@@ -580,8 +590,11 @@ def test_an_upgrade_as_the_docs_say_restarts_the_daemon_onto_the_new_code(box: B
 
 
 def test_the_docs_upgrade_is_the_sequence_tested() -> None:
-    """The commands the docs give for an upgrade are the ones the test above ran."""
+    """The commands the docs give for an upgrade are the ones the test above ran; so for the
+    uninstall and the journal by priority (the tests below run those)."""
     assert tuple(section_commands("Upgrade")) == UPGRADE
+    assert tuple(section_commands("Uninstall")) == UNINSTALL
+    assert set(JOURNAL) <= set(section_commands("The journal at 3 a.m."))
 
 
 def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None:
@@ -664,10 +677,10 @@ def test_install_without_a_config_and_no_start_then_uninstall_purge(box: Box) ->
     assert box.ok("systemctl is-enabled sparkwarden").strip() == "enabled"
     assert box.show("ActiveState") == "inactive"  # --no-start: enabled, not started
 
-    out = box.ok(f"{BIN} uninstall-service")
+    out = box.ok(UNINSTALL[0])
     assert "(the program) (--purge removes them)" in out and "the group 'sparkwarden'" in out
     assert "nothing to stop or disable" in box.ok(f"{BIN} uninstall-service")  # a second time
-    out = box.ok(f"{BIN} uninstall-service --purge")  # after a plain one: once, it failed
+    out = box.ok(UNINSTALL[1])  # after a plain one: once, it failed
     assert "removing /etc/sparkwarden" in out and "removing /opt/sparkwarden" in out
     assert "left on purpose: your containers and images" in out
     for path in (

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkwarden.base.columns import fit
-from sparkwarden.restart.sequence import NAME_WIDTH, STEPS
+from sparkwarden.restart.step_names import NAME_WIDTH, STEPS
 from tests.kits.commands import too_wide
 
 

@@ -8,7 +8,7 @@ from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import GaveUp, Kept
 from sparkwarden.restart.journal import Journal, RunRecord, iso
-from sparkwarden.restart.sequence import NAME_WIDTH
+from sparkwarden.restart.step_names import NAME_WIDTH
 from sparkwarden.surfaces.status_text import inert
 
 

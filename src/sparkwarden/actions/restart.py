@@ -19,7 +19,7 @@ from sparkwarden.config.secrets import require_secrets
 from sparkwarden.restart import sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, StepEvent
-from sparkwarden.restart.sequence import NAME_WIDTH, STEPS
+from sparkwarden.restart.step_names import NAME_WIDTH, STEPS
 from sparkwarden.surfaces import control, control_schema
 
 #: Where a step line's continuation starts: under the step's words ("[6/9] wait_health   ").

@@ -23,7 +23,7 @@ from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 

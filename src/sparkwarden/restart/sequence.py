@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import choose_active
@@ -33,6 +33,7 @@ from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import StepResult
 from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume, StepEvent
 from sparkwarden.restart.probes import Probes
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import (
     Done,
     LlmSteps,
@@ -42,20 +43,6 @@ from sparkwarden.restart.steps import (
     stop_timeout,
     voice_to_quiet,
 )
-
-STEPS: Final = (
-    "detect",
-    "pause_voice",
-    "stop_llm",
-    "drop_caches",
-    "start_llm",
-    "wait_health",
-    "chat_probe",
-    "gateway_probe",
-    "resume_voice",
-)
-#: The step-name column of ``restart``, ``restart --dry-run`` and ``history``: the longest + 1.
-NAME_WIDTH: Final = max(map(len, STEPS)) + 1
 
 log = logs.get("sparkwarden.sequence")
 

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
 from sparkwarden.restart.journal import RunResult
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.surfaces.snapshot import STATES, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went

@@ -728,8 +728,9 @@ def test_an_operators_successful_restart_clears_gave_up(stage: Stage, start_daem
 def test_sigterm_mid_run_asks_systemd_for_time_to_resume_voice(
     stage: Stage, start_daemon: Any, control_dir: Path
 ) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "60")
+    llm, port = stage.llm("llm", "--boot-delay", "20")
     stt = stage.voice("stt")
+    wait_healthy(port, timeout=60)
     sink = NotifySink(control_dir / "notify.sock")
     try:
         daemon = start_daemon([llm], port, [stt], env={"NOTIFY_SOCKET": str(sink.path)})
@@ -745,7 +746,10 @@ def test_sigterm_mid_run_asks_systemd_for_time_to_resume_voice(
     cfg = daemon.settings
     want = int((cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60) * 1e6)
     assert f"EXTEND_TIMEOUT_USEC={want}" in stopping[0], stopping
-    assert_sound(stage, daemon.history(), llm=llm, port=port, voice={stt: "running"})
+    assert stage.status(stt) == "paused"  # handed over: voice waits for a proven engine
+    second = start_daemon([llm], port, [stt], ready=False)
+    wait_for("the repair", lambda: second.runs_with("repair"), timeout=120)
+    assert_sound(stage, second.history(), llm=llm, port=port, voice={stt: "running"})
 
 
 @pytest.mark.parametrize("action", ["warn", "restart"])

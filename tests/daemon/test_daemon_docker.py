@@ -301,8 +301,14 @@ def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> No
     daemon = start_daemon([llm], port, [stt], health={"canary_interval": "1s"})
     run = wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy"), timeout=40)[0]
     assert run["result"] == "failed"  # still a zombie after the restart
-    assert {s["name"]: s["result"] for s in run["steps"]}["chat_probe"] == "failed"
-    assert stage.status(stt) == "running"
+    steps = {s["name"]: s for s in run["steps"]}
+    assert steps["chat_probe"]["result"] == "failed"
+    # voice came back after the failed run (read from its record: the retry, a second later,
+    # pauses it again, so a look at the container races it)
+    assert (
+        steps["resume_voice"]["result"] == "ok"
+        and stt in steps["resume_voice"]["detail"]["resumed"]
+    )
 
 
 def test_crash_loop_spends_the_budget_and_gives_up(stage: Stage, start_daemon: Any) -> None:

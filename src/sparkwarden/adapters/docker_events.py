@@ -21,7 +21,8 @@ from sparkwarden.base import logs
 
 log = logs.get("sparkwarden.events")
 
-ACTIONS = ("die", "kill", "start", "stop", "oom", "pause", "unpause")
+#: ``destroy``, ``create`` and ``rename`` too: an operator's replacement is told from a crash.
+ACTIONS = ("die", "kill", "start", "stop", "oom", "pause", "unpause", "destroy", "create", "rename")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ContainerEvent:
     t: float
     signal: str | None = None
     exit_code: int | None = None
+    id: str = ""  # the container's ID: a name outlives the container it named
 
     @classmethod
     def from_docker(cls, raw: dict[str, Any]) -> ContainerEvent | None:
@@ -48,6 +50,7 @@ class ContainerEvent:
             t=t,
             signal=attributes.get("signal"),
             exit_code=int(exit_code) if exit_code is not None else None,
+            id=str(raw.get("id") or raw.get("Actor", {}).get("ID") or ""),
         )
 
 

@@ -80,14 +80,27 @@ class Hands:
                 case do.TakeOverPolicy(container):
                     self._take_over_policy(container)
                     wrote = True
-                case do.Restart(reason, why):
-                    ended = self.sequence(reason, why)
+                case do.Restart(reason, why, target):
+                    ended = self.sequence(reason, why, target=target)
+                case do.Adopt(engine):
+                    self.kept.put_engine(engine)
+                    self.kept.put_operator_stopped(None)  # it, or another, is up again
+                    wrote = True
+                case do.NoteOperatorStop(stop):
+                    self.kept.put_operator_stopped(stop)
+                    wrote = True
+                case do.KeepRetry(retry):
+                    self.kept.put_retry(retry)
+                    wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
         return ended, wrote
 
-    def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> do.RunEnded | None:
-        """The restart sequence under the run lock; None when the lock is someone else's."""
+    def sequence(
+        self, reason: str, why: str, call: ManualCall | None = None, target: str | None = None
+    ) -> do.RunEnded | None:
+        """The restart sequence under the run lock; None when the lock is someone else's.
+        ``target``: the only container (ID) it may touch."""
         try:
             self.run_lock.acquire(reason)
         except LockBusy as exc:
@@ -108,7 +121,9 @@ class Hands:
 
         outcome = None
         try:
-            outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
+            outcome = sequence.restart(
+                self.config, reason, self.parts, observer=observe, why=why, target=target
+            )
         finally:
             self.run_lock.release()
             self.step = None

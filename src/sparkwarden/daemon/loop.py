@@ -30,11 +30,11 @@ from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.config import schema as config_mod
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon import decide, gates, publish
+from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
 from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
-from sparkwarden.daemon.intents import RunEnded, TakeCanary
+from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
 from sparkwarden.evidence import triggers
 from sparkwarden.restart.lock import RunLock
@@ -81,6 +81,8 @@ class Daemon:
         )
         self.exporter: Any = None
         self.stopping = False
+        #: an event asks for a look by then (monotonic), sooner than the next tick
+        self.look_by = float("inf")
         self.ready = False
         self.hang = False
         # Voice the floor paused before a restart of sparkwarden is resumed when memory is back.
@@ -203,7 +205,9 @@ class Daemon:
                 continue
             with contextlib.suppress(queue.Empty):
                 self._handle(self.queue.get(timeout=max(0.0, next_tick - time.monotonic())))
+            next_tick = min(next_tick, self.look_by)
             if time.monotonic() >= next_tick:
+                self.look_by = float("inf")
                 self._tick(time.time())
                 self._decide(
                     decide.on_clock(self.mind, datetime.now(UTC), self.crontab, self.config)
@@ -225,13 +229,19 @@ class Daemon:
             self.facts = self._read_journal()
         elif isinstance(item, ContainerEvent):
             self._decide(decide.on_event(self.mind, self.observer.event(item), self.config))
+            # an event only hastens the next look, once the exit has settled
+            self.look_by = min(self.look_by, time.monotonic() + reconcile.SETTLE + 0.1)
         elif isinstance(item, ManualCall):
             self._manual(item)
 
     def _tick(self, t: float) -> None:
         """Docker and memory first, acted on at once (a memory floor pauses voice now), then the
         engine's slow HTTP reads."""
-        self.seen = self.observer.look(t, self.facts.last_container)
+        engine = self.facts.engine
+        self.seen = self.observer.look(t, engine.name if engine else self.facts.last_container)
+        world = reconcile.World(self.seen.states, self.seen.error)
+        verdict = reconcile.reconcile(self.facts, world, t, self.config)
+        self._decide(reconcile.apply(self.mind, verdict, t))
         self._decide(decide.on_look(self.mind, self.seen, self.config))
         eager = decide.canary_owed(self.mind, t, self.config)
         health = self.mind.health
@@ -273,6 +283,9 @@ class Daemon:
         """Take the decider's word, have the hands act on it, and feed a run's result back."""
         self.mind, intents = decision
         ended, wrote = self.hands.carry_out(intents)
+        if any(isinstance(i, Adopt) for i in intents):  # a new engine: nothing it said is known
+            self.observer.after_run(time.time(), ok=False)
+            self.observer.last_probe = ""
         if wrote:
             self.facts = self._read_journal()
         for take in [i for i in intents if isinstance(i, TakeCanary)]:  # a read: the observer's

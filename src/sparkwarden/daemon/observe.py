@@ -17,7 +17,15 @@ from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState, choose_active
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import GaveUp, Hold, Kept, RebootRequired
+from sparkwarden.daemon.beliefs import (
+    GaveUp,
+    Hold,
+    Identity,
+    Kept,
+    OperatorStop,
+    RebootRequired,
+    Retry,
+)
 from sparkwarden.evidence import canary_reading
 from sparkwarden.evidence.canary_reading import Round
 from sparkwarden.evidence.triggers import PastRun
@@ -91,6 +99,10 @@ class Recorded:
     #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
     after_drops: tuple[float, ...] = ()
     policies_taken: dict[str, Any] = field(default_factory=dict)
+    #: the LLM container last seen serving, by ID and StartedAt
+    engine: Identity | None = None
+    operator_stopped: OperatorStop | None = None
+    retry: Retry | None = None
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -108,6 +120,9 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         reboot_required=kept.reboot_required(),
         after_drops=tuple(kept.memory_after_drops()),
         policies_taken=kept.policies_taken(),
+        engine=kept.engine(),
+        operator_stopped=kept.operator_stopped(),
+        retry=kept.retry(),
     )
 
 

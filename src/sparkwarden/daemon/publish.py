@@ -44,7 +44,7 @@ def state_name(
     """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
     if step is not None:
         return f"restarting: {step}" if step else "restarting"
-    name: State = "idle"
+    name: State = "idle" if mind.waiting is None else "waiting"
     if not ready:
         name = "starting"
     elif reboot:
@@ -91,10 +91,14 @@ def build(
     health = mind.health.last
     if mind.health.failures:
         health += f" ({mind.health.failures} failure(s) in a row)"
-    stopped = mind.operator_stopped
+    last_probe = observer.last_probe
+    if active is None or active.status != "running":  # what it said before it went down
+        health, last_probe = "-: not running", ""
+    stopped = facts.operator_stopped.name if facts.operator_stopped else None
     note = (seen.error if seen else "") or (
         f"{stopped} stopped by hand: not restarting it" if stopped else ""
     )
+    waiting = mind.waiting
     acc, memory = mind.acc, seen.memory if seen else None
     return Snapshot(
         written_at=now.isoformat(timespec="seconds"),
@@ -111,13 +115,15 @@ def build(
             ),
             pending=mind.pending.reason if mind.pending else None,
             drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
+            waiting=waiting.what if waiting else None,
+            command=waiting.command if waiting else None,
         ),
         llm=LlmView(
             container=active.name if active else None,
             status=active.status if active else "unknown",
             uptime_s=active.uptime_s(now) if active else None,
             health=health,
-            last_probe=observer.last_probe,
+            last_probe=last_probe,
             note=note,
             operator_stopped=stopped,
         ),

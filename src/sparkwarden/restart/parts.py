@@ -82,6 +82,8 @@ class Outcome:
     error: str | None
     #: The step that failed first: a ``gateway_probe`` failure is no reason to restart again.
     failed_step: str | None = None
+    #: The ID of the container the run chose (None when it failed before choosing).
+    container_id: str | None = None
 
 
 @dataclass(frozen=True)

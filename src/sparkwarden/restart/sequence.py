@@ -68,9 +68,11 @@ def restart(
     observer: Observer | None = None,
     resume: Resume | None = None,
     why: str = "",
+    target: str | None = None,
 ) -> Outcome:
     """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
-    measured) is kept with the run for ``history``."""
+    measured) is kept with the run for ``history``; ``target`` (a container ID): the only
+    container it may stop or start."""
     observer = observer or (lambda _e: None)
     try:
         run_id = parts.journal.begin_run(reason)
@@ -84,6 +86,7 @@ def restart(
     if why:
         parts.journal.remember(run.id, why=why)
     run.repairing = resume is not None
+    run.target = target
     log.info("run_started", run=run.id, reason=reason)
     error: str | None = None
     failed_step: str | None = None
@@ -124,7 +127,8 @@ def restart(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
     container = run.container.name if run.container else None
-    return Outcome(run.id, error is None, container, error, failed_step)
+    container_id = run.container.id if run.container else None
+    return Outcome(run.id, error is None, container, error, failed_step, container_id)
 
 
 class _Run(VoiceSteps, LlmSteps, Probes):

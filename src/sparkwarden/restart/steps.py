@@ -46,6 +46,8 @@ class RunState:
         self.paused: list[str] = []
         self.taken: set[str] = set()
         self.repairing = False
+        #: The one container (ID) this run may touch; None: whichever is active.
+        self.target: str | None = None
         self.llm_was_up = False
         #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
         self.stop_sent = False
@@ -156,6 +158,13 @@ class LlmSteps(RunState):
             self.stop_sent = resume.llm_stopped and active.name == resume.container
         else:
             active = choose_active(states, journal.last_container())
+            if self.target is not None and active.id != self.target:
+                raise StepFailed(
+                    "detect",
+                    f"{active.name} (id {active.id[:12]}, {active.status}) is not the container "
+                    f"this run was for (id {self.target[:12]}): an operator replaced it or "
+                    "started another; nothing was touched",
+                )
             self._key_accepted(active)
         self.container = active
         journal.set_container(self.id, active.name, active.id)

@@ -12,7 +12,9 @@ from typing import Any, Final, Literal, get_args
 
 from sparkwarden.restart.docker_policy import PolicyView
 
-State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
+State = Literal[
+    "starting", "idle", "waiting", "draining", "restarting", "held", "gave up", "reboot required"
+]
 STATES: Final[tuple[State, ...]] = get_args(State)
 
 
@@ -23,6 +25,9 @@ class DaemonView:
     state: str  # a State, with the step while restarting ("restarting: step 3 of 9: stop_llm")
     pending: str | None
     drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
+    #: what keeps the LLM from serving, and the command that ends the wait
+    waiting: str | None = None
+    command: str | None = None
 
 
 @dataclass(frozen=True)

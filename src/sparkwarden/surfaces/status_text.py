@@ -134,12 +134,17 @@ def format_text(s: dict[str, Any]) -> str:
     daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
     acc, budget, hold = s.get("acceptance", {}), s.get("budget", {}), s.get("hold")
     if daemon.get("running"):
-        head = f"running (pid {daemon.get('pid')}), {daemon.get('state')}"
+        state = daemon.get("state")
+        if daemon.get("waiting"):  # the LLM is down: what for, and what ends the wait
+            lead = "" if state == "waiting" else f"{state}, "
+            state = f"{lead}waiting for {daemon['waiting']}; ends with '{daemon.get('command')}'"
+        head = f"running (pid {daemon.get('pid')}), {state}"
     else:
         state = str(daemon.get("state") or NOT_RUNNING)
         why, _, detail = state.partition(": ")
         head = f"{why.upper()}; last known state from {s.get('written_at') or 'nowhere'}"
-    lines = [f"sparkwarden: {head}"]
+    first, *rest = textwrap.wrap(f"sparkwarden: {head}", 79, subsequent_indent=" " * 13)
+    lines = [first, *rest]
     if not daemon.get("running") and detail:
         lines.append(f"             {detail}"[:79])
     if daemon.get("drain"):

@@ -59,44 +59,44 @@ def blocked(b: Recorded, now: float) -> Waiting | None:
     """What keeps every automatic restart back now, and the command that ends it."""
     if b.hold is not None and not b.hold.over(now):
         until = b.hold.until.astimezone().strftime("%H:%M %Z")
-        return Waiting(f"held until {until}", "sparkwarden release")
+        return Waiting(f"the hold to end at {until}", "sparkwarden release")
     if b.gave_up is not None:
-        return Waiting(f"an operator: gave up ({b.gave_up.why})", "sparkwarden reset")
+        return Waiting("an operator (restart budget spent)", "sparkwarden reset")
     if b.reboot_required is not None:
-        return Waiting("a reboot: memory leaks across restarts", "reboot, then sparkwarden reset")
+        return Waiting("a reboot (memory leaks across restarts)", "reboot, then sparkwarden reset")
     return None
 
 
 def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
     """Compare the engine sparkwarden believes serves (``b.engine``) with the candidates now."""
     if world.error and not world.states:
-        return Verdict(waiting=Waiting(f"Docker to answer: {world.error}", "docker info"))
+        return Verdict(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
     up = [s for s in world.states if s.up]
     if len(up) > 1:
         names = ", ".join(s.name for s in up)
         return Verdict(
-            waiting=Waiting(f"one LLM candidate up, not {len(up)}: {names}", "docker stop …")
+            waiting=Waiting(f"one LLM candidate up, not {len(up)} ({names})", "docker stop …")
         )
     engine = b.engine
     if up:
         return _up(b, up[0], now)
     if engine is None:
         return Verdict(
-            waiting=Waiting(
-                "a first LLM container to watch: none seen serving yet", "sparkwarden restart"
-            )
+            waiting=Waiting("an LLM container to watch (none seen serving)", "sparkwarden restart")
         )
     mine = next((s for s in world.states if s.id == engine.id), None)
     if mine is None:
         named = next((s for s in world.states if s.name == engine.name), None)
         if named is not None:
-            what = f"{engine.name} replaced by hand, {named.status}: not starting theirs"
+            what = f"{engine.name} to start (replaced by hand, {named.status})"
         else:
-            what = f"{engine.name} removed by hand"
+            what = f"{engine.name} to start (removed by hand)"
         return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
     stop = b.operator_stopped
     if stop is not None and stop.id == mine.id:
-        return Verdict(waiting=Waiting(f"{mine.name} stopped by hand", f"docker start {mine.name}"))
+        return Verdict(
+            waiting=Waiting(f"{mine.name} to start (stopped by hand)", f"docker start {mine.name}")
+        )
     finished = mine.finished_at.timestamp() if mine.finished_at else None
     if finished is not None and now - finished < SETTLE:
         return Verdict()  # the events around its exit say next look whose it was
@@ -160,7 +160,7 @@ def _backoff(b: Recorded, now: float, cfg: Config, name: str) -> Waiting | None:
     if spent.not_before is None:
         return None
     at = datetime.fromtimestamp(spent.not_before, UTC).astimezone().strftime("%H:%M:%S")
-    return Waiting(f"{spent.why}: {name} again at {at}", "sparkwarden restart")
+    return Waiting(f"a retry of {name} at {at} ({spent.why})", "sparkwarden restart")
 
 
 def apply(mind: Mind, verdict: Verdict, t: float) -> Decision:

@@ -427,9 +427,13 @@ def test_hold_blocks_automatic_restarts(stage: Stage, start_daemon: Any) -> None
     assert daemon.history() == []
     status = daemon.status()
     assert status["hold"]["reason"] == "swapping-fans"
-    assert '"trigger_refused"' in daemon.text()
+    assert status["daemon"]["command"] == "sparkwarden release"  # what ends the wait
+    assert '"waiting"' in daemon.text()
     assert run_cli(daemon.config, "release").returncode == 0
     assert wait_for("hold released", lambda: daemon.status()["hold"] is None)
+    # the engine is still down: the next look recovers it
+    (run,) = wait_for("the crash run", lambda: daemon.runs_with("crash"), timeout=30)
+    assert run["result"] == "ok" and stage.status(llm) == "running"
 
 
 def test_a_hold_mid_drain_ends_the_drain_and_status_says_held(

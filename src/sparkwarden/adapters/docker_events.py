@@ -74,6 +74,35 @@ class EventStream:
     def start(self) -> None:
         self._thread.start()
 
+    def replay(self, until: float) -> list[ContainerEvent]:
+        """The events since the last one seen, up to ``until``, read at once (before the first
+        look); the stream then starts after ``until``. Docker not answering: nothing, and the
+        stream replays them itself."""
+        since = self._since
+        if since is None:
+            return []
+        events: list[ContainerEvent] = []
+        client = None
+        try:
+            client = docker.from_env(timeout=30)
+            for raw in client.events(
+                decode=True,
+                since=int(since),
+                until=int(until) + 1,
+                filters={"type": "container", "container": self._names},
+            ):
+                event = ContainerEvent.from_docker(raw)
+                if event is not None and since < event.t <= until:
+                    events.append(event)
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            log.warning("docker_events_replay_failed", error=str(exc))
+            return []
+        finally:
+            if client is not None:
+                client.close()
+        self._since = until
+        return events
+
     def _run(self) -> None:
         since = self._since
         delay = 0.5

@@ -145,7 +145,7 @@ class Hands:
             try:
                 note = f"sparkwarden (pid {run.pid}) stopped during this run"
                 log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-                resume = Resume.from_plan(run.container, run.plan)
+                resume = Resume.from_plan(run.container, run.plan, run.container_id)
                 if resume is None:
                     self.parts.journal.mark_interrupted(run.id, note)
                     continue  # cut short in detect: nothing had been touched

@@ -11,7 +11,7 @@ budget and its backoff, and (for a planned reason) a drain of the requests in fl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -46,6 +46,7 @@ from sparkwarden.evidence.triggers import (
     automatic,
 )
 from sparkwarden.restart import docker_policy
+from sparkwarden.restart.journal import RunRecord
 
 # --- what the daemon believes ------------------------------------------------------------------
 
@@ -90,6 +91,11 @@ class Mind:
 Decision = tuple[Mind, list[Intent]]
 
 
+def _stop_window(cfg: Config) -> float:
+    """How long after a SIGTERM a ``die`` still belongs to that stop."""
+    return cfg.llm.stop_timeout + 15
+
+
 # --- triggers ----------------------------------------------------------------------------------
 
 
@@ -103,13 +109,35 @@ def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = No
     ]
 
 
-def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
+def ours(name: str, t: float, runs: Sequence[RunRecord], stop_window: float) -> bool:
+    """Whether a run (this daemon's, a ``sparkwarden restart`` of its own, or one a crash of
+    sparkwarden cut short) was acting on container ``name`` at ``t``: its stop and start are not
+    an operator's. A run cut short acted only until its last recorded act (a ``docker stop``
+    it sent goes on for up to the stop window); what came after is someone else's."""
+    for run in runs:
+        if run.container != name or t < run.started_at:
+            continue
+        if run.result in ("interrupted", "running"):
+            plan = run.plan
+            end = max(
+                run.started_at + 5.0,
+                float(plan.get("llm_stopped_at") or 0.0) + stop_window,
+                float(plan.get("llm_started_at") or 0.0) + 5.0,
+            )
+        else:
+            end = run.ended_at or run.started_at
+        if t <= end:
+            return True
+    return False
+
+
+def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord] = ()) -> Decision:
     """A Docker event only tells who did what: an operator's ``docker stop`` (a ``kill`` with
     SIGTERM before the ``die``) is noted in the journal. Whether the engine is down, and what to
     do about it, is :mod:`~sparkwarden.daemon.reconcile`'s to say at the look the event hastens."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
-    if event.t <= mind.last_run_end:
+    if event.t <= mind.last_run_end or ours(event.name, event.t, runs, _stop_window(cfg)):
         return mind, intents  # our own stop and start
     watch = mind.exits.get(event.name, ExitWatch()).on_event(event.action, event.signal, event.t)
     mind = replace(mind, exits={**mind.exits, event.name: watch})
@@ -124,7 +152,7 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
         mind = replace(mind, health=HealthState())
     if event.action != "die":
         return mind, intents
-    if watch.classify_die(event.t, cfg.llm.stop_timeout + 15) == "operator-stop":
+    if watch.classify_die(event.t, _stop_window(cfg)) == "operator-stop":
         cid = event.id or (seen.now.id if seen.now else "")
         stop = OperatorStop(event.name, cid, event.t)
         said = {"container": event.name, "exit_code": event.exit_code}

@@ -17,7 +17,6 @@ import contextlib
 import queue
 import signal
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -109,9 +108,12 @@ class Daemon:
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
         try:
-            if (repaired := self.hands.repair()) is not None:
-                self.mind = replace(self.mind, last_run_end=repaired)
+            self.hands.repair()  # its own stop and start are in the journal (decide.ours)
             self.facts = self._read_journal()
+            # What happened while no sparkwarden listened is read before the first look: an
+            # operator's stop meanwhile must be known before a down engine is judged.
+            for event in self.events.replay(time.time()):
+                self._handle(event)
             self._tick(time.time())
             self._start_listeners()
             self._catch_up_schedule()
@@ -228,7 +230,9 @@ class Daemon:
         if item == WAKE:  # an operator changed hold, budget or gave-up
             self.facts = self._read_journal()
         elif isinstance(item, ContainerEvent):
-            self._decide(decide.on_event(self.mind, self.observer.event(item), self.config))
+            runs = self.parts.journal.runs(10)  # whose stop or start it was
+            seen = self.observer.event(item)
+            self._decide(decide.on_event(self.mind, seen, self.config, runs))
             # an event only hastens the next look, once the exit has settled
             self.look_by = min(self.look_by, time.monotonic() + reconcile.SETTLE + 0.1)
         elif isinstance(item, ManualCall):

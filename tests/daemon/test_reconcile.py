@@ -122,6 +122,13 @@ TABLE = [
         "sparkwarden restart",
     ),
     (
+        "a run failed only at the gateway: the engine came back, no backoff",
+        beliefs(runs=(PastRun("crash", "failed", T - 30, T - 5, "gateway_probe"),)),
+        (box("exited"),),
+        ("crash", "A"),
+        None,
+    ),
+    (
         "a durable retry keeps its reason",
         beliefs(retry=Retry("unhealthy", "why", "A", T - 9)),
         (box("exited"),),

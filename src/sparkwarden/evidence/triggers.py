@@ -376,6 +376,9 @@ class PastRun:
     result: str
     started_at: float
     ended_at: float | None
+    #: the step that failed first: a run that failed only at the gateway brought the engine
+    #: back, so it is no failure of the engine's (no backoff)
+    failed_step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -405,7 +408,7 @@ def budget(runs: list[PastRun], now: float, reset_at: float, cfg: BudgetConfig) 
     placed = [r for r in counted if r.started_at <= now]
     failures = 0
     for run in sorted(placed, key=lambda r: r.started_at, reverse=True):
-        if run.result not in ("failed", "interrupted"):
+        if run.result not in ("failed", "interrupted") or run.failed_step == GATEWAY_STEP:
             break
         failures += 1
     if failures:

@@ -260,15 +260,18 @@ class Journal:
 
     def past_runs(
         self, since: float, after_run: int = 0
-    ) -> list[tuple[str, str, float, float | None]]:
-        """(reason, result, started_at, ended_at) of the runs since a time and after run
-        ``after_run`` (ids do not step back with the clock), oldest first."""
+    ) -> list[tuple[str, str, float, float | None, str | None]]:
+        """(reason, result, started_at, ended_at, first failed step) of the runs since a time
+        and after run ``after_run`` (ids do not step back with the clock), oldest first."""
         rows = self._db.execute(
-            "SELECT reason, result, started_at, ended_at FROM runs"
-            " WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
+            "SELECT reason, result, started_at, ended_at, (SELECT name FROM steps s"
+            " WHERE s.run_id = runs.id AND s.result = 'failed' ORDER BY s.id LIMIT 1) AS failed"
+            " FROM runs WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
             (since, after_run),
         ).fetchall()
-        return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
+        return [
+            (r["reason"], r["result"], r["started_at"], r["ended_at"], r["failed"]) for r in rows
+        ]
 
     def memory_after_drops(self, since: float) -> list[float]:
         """``MemAvailable`` (GiB) after the stop and drop of each run since a time, oldest

@@ -10,9 +10,10 @@ memory the driver has not returned, and a container started at once dies in it. 
 5. ``start_llm``     ``docker start`` the *same* container: same ID, same flags
 6. ``wait_health``   poll ``/health``; connection refused means "still loading"
 7. ``chat_probe``    one real chat request, because ``/health`` can be 200 over a dead engine
-8. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
+8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused; as soon
+                     as the engine answered, so voice never waits on the gateway
+9. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
                      may lag behind the engine (cooldowns, failed upstreams), never restarts it
-9. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
 sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
@@ -50,8 +51,8 @@ STEPS: Final = (
     "start_llm",
     "wait_health",
     "chat_probe",
-    "gateway_probe",
     "resume_voice",
+    "gateway_probe",
 )
 
 log = logs.get("sparkwarden.sequence")
@@ -107,6 +108,7 @@ def restart(
         run.step("start_llm", lambda: run.start_llm(active))
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
+        run.step("resume_voice", run.resume_voice)  # the engine answers: voice back now
         run.step("gateway_probe", run.gateway_probe)
     except SparkwardenError as exc:
         error = scrub(str(exc))
@@ -186,7 +188,6 @@ class _Run(VoiceSteps, LlmSteps, Probes):
         dir): the box comes first, the record after if it can be written. Returns the error."""
         try:
             self.skip_untaken()
-            self.step("resume_voice", self.resume_voice)
         except SparkwardenError as exc:
             error = f"{error}; {exc}" if error else str(exc)
         except _UNRECORDABLE as exc:
@@ -207,9 +208,13 @@ class _Run(VoiceSteps, LlmSteps, Probes):
         return error
 
     def skip_untaken(self) -> None:
-        """Record the steps a failure jumped over, so history shows the whole plan."""
-        for name in STEPS[:-1]:
-            if name not in self.taken:
+        """Record the steps a failure jumped over, so history shows the whole plan, and resume
+        voice in its place if it has not been (a failure before it, or a journal that could not
+        record its start)."""
+        for name in STEPS:
+            if name == "resume_voice" and name not in self.acted:
+                self.step(name, self.resume_voice)
+            elif name not in self.taken:
                 self.step(name, lambda: Done("not reached: an earlier step failed", skipped=True))
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import signal
 import time
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
 
-from devtools.standin.stage import Stage, wait_healthy
-from tests.kits.commands import run_cli
+from devtools.standin.stage import Stage, free_port, wait_healthy
+from tests.kits.commands import run_cli, running_step
 from tests.kits.daemonkit import DaemonProcess, wait_for
 from tests.kits.soundness import answers_chat, no_overlap
 
@@ -140,3 +141,30 @@ def test_a_second_candidate_the_operator_started_is_left_alone_when_the_first_di
     assert started_at(stage, other) == theirs and stage.status(other) == "running"
     assert daemon.history() == []
     wait_for("the other candidate adopted", lambda: daemon.status()["llm"]["container"] == other)
+
+
+def test_case_9_a_gateway_that_is_down_neither_holds_voice_nor_backs_the_engine_off(
+    stage: Stage, start_daemon: Any, tmp_path: Path
+) -> None:
+    """The gateway's failure is the gateway's: voice comes back once the engine answers (before
+    the gateway probe), and the next crash is recovered at once, with no backoff."""
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt")
+    wait_healthy(port)
+    key = tmp_path / "gateway-key"
+    key.write_text("sk-test\n")
+    down = {"url": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "api_key_file": str(key)}
+    daemon = start_daemon(
+        [llm], port, [stt], gateway={**down, "timeout": "6s"}, budget={"backoff": "5m"}
+    )
+    stage.client.containers.get(llm).kill()
+    wait_for("the gateway probe", lambda: running_step(daemon.config) == "gateway_probe", 40)
+    assert stage.status(stt) == "running"  # voice back while the gateway is probed
+    (first,) = wait_for("the first crash run", lambda: daemon.runs_with("crash"), timeout=30)
+    assert first["result"] == "failed" and "gateway" in first["error"]
+    stage.client.containers.get(llm).kill()
+    runs = wait_for(
+        "the second crash run", lambda: len(daemon.runs_with("crash")) >= 2 and True, timeout=30
+    )
+    assert runs
+    assert stage.status(llm) == "running" and answers_chat(port)

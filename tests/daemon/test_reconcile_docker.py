@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 import tomllib
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,25 @@ def test_case_9_a_gateway_that_is_down_neither_holds_voice_nor_backs_the_engine_
     )
     assert runs
     assert stage.status(llm) == "running" and answers_chat(port)
+
+
+def test_case_7_the_canary_baseline_survives_a_reload_mid_decay(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """The baseline is learnt on this engine (ID and StartedAt) and kept in the journal: a
+    SIGHUP as the decay begins does not relearn it from the decayed engine."""
+    from tests.daemon.test_daemon_docker import CANARY_FAST, SWINGING
+
+    decay = ("--decay-kind", "per-token", "--decay-after", "30", "--decay-over", "1")
+    llm, port = stage.llm("llm", *SWINGING, *decay)
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    wait_for(
+        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 60
+    )
+    booted = datetime.fromisoformat(stage.attrs(llm)["State"]["StartedAt"][:26] + "+00:00")
+    wait_for("the decay to begin", lambda: time.time() > booted.timestamp() + 31, timeout=40)
+    daemon.signal(signal.SIGHUP)  # an upgrade, a watchdog restart or a reload: all alike
+    (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
+    assert run["result"] == "ok" and run["plan"]["why"].startswith("drafting canary at ")
+    assert '"canary_baseline_kept"' in daemon.text()

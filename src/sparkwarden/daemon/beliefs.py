@@ -1,7 +1,9 @@
 """The daemon's durable facts in the journal's key-value table, with typed accessors.
 
 The one place that names the keys: a hold, a "gave up", the last budget reset, the voice the
-memory floor paused, the last Docker event seen, the restart policies taken over from Docker.
+memory floor paused, the last Docker event seen, the restart policies taken over from Docker,
+and what the daemon must still believe after SIGHUP, a crash or an upgrade (issue 25): the engine
+serving (by ID and StartedAt), an operator's stop, a retry owed, the canary's baseline.
 Each survives a restart of sparkwarden, and each may be changed by an operator with no daemon
 running (``hold``, ``release``, ``reset``, ``uninstall-service``).
 """
@@ -30,6 +32,7 @@ class Key(StrEnum):
     ENGINE = "engine"
     OPERATOR_STOPPED = "operator_stopped"
     RETRY = "retry"
+    CANARY_BASELINE = "canary_baseline"
 
 
 @dataclass(frozen=True)
@@ -251,3 +254,19 @@ class Kept:
             self.journal.delete(Key.RETRY)
         else:
             self.journal.put(Key.RETRY, retry.to_json())
+
+    def canary_baseline(self) -> tuple[Identity, tuple[tuple[str, float], ...]] | None:
+        """The drafting canary's baseline, and the engine (ID and StartedAt) it was learnt on:
+        a restart of sparkwarden mid-decay must not relearn it from the decayed engine."""
+        raw: dict[str, Any] | None = self.journal.get(Key.CANARY_BASELINE)
+        if not raw:
+            return None
+        baseline = tuple((str(k), float(v)) for k, v in raw["baseline"].items())
+        return Identity.from_json(raw["engine"]), baseline
+
+    def put_canary_baseline(
+        self, engine: Identity, baseline: tuple[tuple[str, float], ...]
+    ) -> None:
+        self.journal.put(
+            Key.CANARY_BASELINE, {"engine": engine.to_json(), "baseline": dict(baseline)}
+        )

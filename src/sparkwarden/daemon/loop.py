@@ -17,6 +17,7 @@ import contextlib
 import queue
 import signal
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -31,7 +32,7 @@ from sparkwarden.config import schema as config_mod
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
-from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.beliefs import Identity, Kept
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
 from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
@@ -115,6 +116,7 @@ class Daemon:
             for event in self.events.replay(time.time()):
                 self._handle(event)
             self._tick(time.time())
+            self._keep_canary_baseline()
             self._start_listeners()
             self._catch_up_schedule()
             self.ready = True
@@ -297,7 +299,11 @@ class Daemon:
             if taken is not None:
                 active = self.seen.active if self.seen else None
                 subject = active.name if active else "llm"
+                learnt = self.mind.canary.baseline
                 self._decide(decide.on_canary(self.mind, taken, subject, self.config))
+                baseline = self.mind.canary.baseline
+                if baseline and baseline != learnt and active is not None:
+                    self.kept.put_canary_baseline(Identity.of(active), baseline)
         if ended is not None:
             self._after_run(ended)
 
@@ -307,6 +313,18 @@ class Daemon:
         self._decide(decide.memory_trend(self.mind, self.facts, ended, self.config))
         self._decide(decide.after_run(self.mind, ended, self.stopping))
         self._tick(time.time())
+
+    def _keep_canary_baseline(self) -> None:
+        """The canary baseline learnt on this very engine (same ID, same StartedAt) before
+        sparkwarden restarted: kept, not relearnt from an engine that may have decayed since."""
+        saved = self.kept.canary_baseline()
+        active = self.seen.active if self.seen else None
+        if saved is None or active is None or Identity.of(active) != saved[0]:
+            return
+        note = "canary baseline kept from before sparkwarden restarted (same engine)"
+        canary = replace(self.mind.canary, baseline=saved[1], note=note)
+        self.mind = replace(self.mind, canary=canary)
+        log.info("canary_baseline_kept", container=active.name, baseline=dict(saved[1]))
 
     def _catch_up_schedule(self) -> None:
         last = self.parts.journal.last_run_of("schedule")

@@ -191,3 +191,26 @@ def test_case_7_the_canary_baseline_survives_a_reload_mid_decay(
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok" and run["plan"]["why"].startswith("drafting canary at ")
     assert '"canary_baseline_kept"' in daemon.text()
+
+
+def test_case_8_a_voice_container_growing_its_shm_is_no_leak(
+    stage: Stage, start_daemon: Any
+) -> None:
+    """A voice container's /dev/shm grows 0.6 GiB before each run: MemAvailable falls after
+    every stop and drop, but that memory is held (its cgroup), so no reboot is required, and
+    status says who holds it."""
+    llm, port = stage.llm("llm")
+    stt = stage.voice("stt", shm_size="3g")
+    wait_healthy(port)
+    daemon = start_daemon([llm], port, [stt], memory={"trend_runs": 3, "trend_fall_gib": 0.8})
+    for run in range(3):
+        if run:
+            grow = f"head -c 640M /dev/zero > /dev/shm/cache-{run}"
+            assert stage.client.containers.get(stt).exec_run(["sh", "-c", grow]).exit_code == 0
+        done = run_cli(daemon.config, "restart")
+        assert done.returncode == 0, done.stdout + done.stderr
+    time.sleep(2)
+    status = daemon.status()
+    assert status["reboot_required"] is False, status["memory_trend"]
+    assert status["memory"]["held_gib"] >= 1.2
+    assert "held by processes and containers" in run_cli(daemon.config, "status").stdout

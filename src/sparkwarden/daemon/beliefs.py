@@ -68,7 +68,8 @@ class GaveUp:
 
 @dataclass(frozen=True)
 class RebootRequired:
-    """MemAvailable after stop and drop kept falling: no automatic restart until a reset."""
+    """Memory nobody holds kept growing across stops and drops: no automatic restart until a
+    reset."""
 
     why: str
     available_after_drop_gib: tuple[float, ...]

@@ -131,6 +131,8 @@ def build(
             available_gib=round(memory.available_gib, 2) if memory else 0.0,
             total_gib=round(memory.total_gib, 2) if memory else 0.0,
             below_floor=mind.memory.below_since is not None,
+            held_gib=_gib(memory.held_gib) if memory else None,
+            unheld_gib=_gib(memory.unheld_gib) if memory else None,
         ),
         acceptance=AcceptanceView(
             current=acc.current,
@@ -227,3 +229,7 @@ class Publisher:
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
         return line
+
+
+def _gib(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

@@ -248,7 +248,8 @@ class Leak:
 
 
 def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
-    """What ``MemAvailable`` returned to after each stop and drop: falling at every one of the
+    """What memory nobody holds left free after each stop and drop (what cgroups and processes
+    hold, a voice container's cache or ``/dev/shm``, is not counted): falling at every one of the
     last ``trend_runs`` runs, and by more than ``trend_fall_gib`` in all, is memory the driver
     never gives back (on GB10 only a reboot returns it; restarting on walks the box into a
     lock-up). One run that got memory back ends the trend."""
@@ -260,7 +261,8 @@ def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
     if not falling or fall <= cfg.trend_fall_gib:
         return None
     why = (
-        f"MemAvailable after stop and drop fell at each of the last {len(last)} runs, "
+        f"memory held by no process or container grew at each of the last {len(last)} runs: "
+        "what it leaves free after stop and drop fell "
         f"{last[0]:.1f} -> {last[-1]:.1f} GiB ({fall:.1f} GiB, more than "
         f"{cfg.trend_fall_gib:g}): memory that only a reboot returns"
     )

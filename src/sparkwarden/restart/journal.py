@@ -274,10 +274,13 @@ class Journal:
         ]
 
     def memory_after_drops(self, since: float) -> list[float]:
-        """``MemAvailable`` (GiB) after the stop and drop of each run since a time, oldest
-        first: the drop_caches step's own figure, ok or failed."""
+        """What memory nobody holds leaves free (GiB) after the stop and drop of each run since
+        a time, oldest first: the total less what no process or cgroup holds (older records:
+        ``MemAvailable``), the drop_caches step's own figures, ok or failed."""
         rows = self._db.execute(
-            "SELECT json_extract(s.detail, '$.available_after_gib') AS gib FROM steps s"
+            "SELECT COALESCE(json_extract(s.detail, '$.total_gib')"
+            " - json_extract(s.detail, '$.unheld_after_gib'),"
+            " json_extract(s.detail, '$.available_after_gib')) AS gib FROM steps s"
             " JOIN runs r ON r.id = s.run_id WHERE s.name = 'drop_caches'"
             " AND r.started_at >= ? AND r.result != 'dry-run'"
             " AND json_extract(s.detail, '$.available_after_gib') IS NOT NULL ORDER BY s.id",

@@ -269,6 +269,9 @@ class LlmSteps(RunState):
                 "available_before_gib": round(before.available_gib, 2),
                 "available_after_gib": round(now.available_gib, 2),
                 "total_gib": round(now.total_gib, 2),
+                # the memory trend reads these: only memory nobody holds is a leak
+                "held_after_gib": None if now.held_gib is None else round(now.held_gib, 2),
+                "unheld_after_gib": None if now.unheld_gib is None else round(now.unheld_gib, 2),
                 "gate_gib": gate,
                 "drops": drops,
             }

@@ -46,6 +46,10 @@ class MemoryView:
     available_gib: float
     total_gib: float
     below_floor: bool
+    #: of the rest, what processes and containers hold (their cgroups), and what nobody holds
+    #: (the driver's: only this counts toward reboot_required); None when unknown
+    held_gib: float | None = None
+    unheld_gib: float | None = None
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def format_text(s: dict[str, Any]) -> str:
     if s.get("reboot_required"):
         trend = s.get("memory_trend") or {}
         after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
-        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB"[:79])
+        lines.append(f"REBOOT REQUIRED: memory nobody holds grew; free after {after} GiB"[:79])
         lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
@@ -188,6 +188,11 @@ def format_text(s: dict[str, Any]) -> str:
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"
     )
+    if mem.get("held_gib") is not None:  # held is no leak; what nobody holds may be
+        lines.append(
+            f"             held by processes and containers {mem['held_gib']:.1f} GiB, "
+            f"by nobody {mem.get('unheld_gib') or 0:.1f} GiB"
+        )
     nxt = s.get("next_restart")
     lines.append(
         f"next:        {local_time(nxt.get('at')) if nxt else '-'}"

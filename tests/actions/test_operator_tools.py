@@ -366,9 +366,12 @@ def test_memory_that_keeps_vanishing_across_runs_means_reboot_required(
         assert json.loads(receiver.got[0]["body"])["event"] == "reboot_required"
         # no automatic restart now: a crash is left alone until an operator acts
         stage.client.containers.get(llm).kill()
-        wait_for("the refusal", lambda: "reboot required: memory leaks" in daemon.text())
+        ends = "reboot, then sparkwarden reset"
+        wait_for("the wait", lambda: daemon.status()["daemon"]["command"] == ends)
         assert daemon.runs_with("crash", finished=False) == []
         assert run_cli(config, "reset").returncode == 0
         assert wait_for("cleared", lambda: daemon.status()["reboot_required"] is False)
+        # the engine is still down: after the reset, the next look recovers it
+        wait_for("the crash run", lambda: daemon.runs_with("crash"), timeout=30)
     finally:
         daemon.stop()

@@ -174,6 +174,8 @@ def status_line(s: Snapshot) -> str:
     """systemd's ``STATUS=``: one line, minutes only so it changes rarely."""
     llm, acc, mem = s.llm, s.acceptance, s.memory
     parts = [s.daemon.state]
+    if s.daemon.waiting:  # the LLM is down: what for, and what ends the wait
+        parts.append(f"waiting for {s.daemon.waiting} ('{s.daemon.command}')")
     if llm.container:
         up = llm.uptime_s
         parts.append(

@@ -29,7 +29,8 @@ SETTLE = 2.0
 
 @dataclass(frozen=True)
 class World:
-    """What Docker says now: every LLM candidate, or why they could not be read."""
+    """What Docker says now: every LLM candidate there is (one removed by hand is absent), or
+    why they could not be read."""
 
     states: tuple[ContainerState, ...]
     error: str = ""
@@ -69,7 +70,7 @@ def blocked(b: Recorded, now: float) -> Waiting | None:
 
 def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
     """Compare the engine sparkwarden believes serves (``b.engine``) with the candidates now."""
-    if world.error and not world.states:
+    if world.error:
         return Verdict(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
     up = [s for s in world.states if s.up]
     if len(up) > 1:

@@ -260,16 +260,16 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
             f"up to {llm.probe_timeout:g}s",
         ),
         (
+            "resume_voice",
+            f"{'unpause' if verb == 'pause' else 'start'} {name_list(to_quiet)}"
+            if to_quiet
+            else "nothing to resume",
+        ),
+        (
             "gateway_probe",
             f"the same request through {config.gateway.url} as {config.gateway.model!r}, "
             f"retried for up to {config.gateway.timeout:g}s"
             if config.gateway
             else "nothing: no [gateway] configured",
-        ),
-        (
-            "resume_voice",
-            f"{'unpause' if verb == 'pause' else 'start'} {name_list(to_quiet)}"
-            if to_quiet
-            else "nothing to resume",
         ),
     ]

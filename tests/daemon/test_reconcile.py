@@ -7,13 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.daemon import decide
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import GaveUp, Hold, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.decide import Mind, Pending
-from sparkwarden.daemon.observe import Recorded
+from sparkwarden.daemon.observe import EventSeen, Recorded
 from sparkwarden.daemon.reconcile import SETTLE, Verdict, World, apply, reconcile
 from sparkwarden.evidence.triggers import PastRun
+from sparkwarden.restart.journal import RunRecord
 from tests.daemon.test_decide import cfg
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
@@ -245,3 +248,39 @@ def test_apply_makes_a_want_pending_once_and_says_a_wait_once() -> None:
     assert [i.event for i in said if isinstance(i, do.Say)] == ["waiting"]
     _, said = apply(mind, waiting, T + 1)
     assert said == []
+
+
+def run_record(result: str, started: float, ended: float | None, **plan: float) -> RunRecord:
+    return RunRecord(1, "manual", result, started, ended, "vllm", "A", None, 1, dict(plan))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("runs", "t", "theirs"),
+    [
+        ((run_record("ok", T, T + 60),), T + 30, False),  # within a finished run: ours
+        ((run_record("ok", T, T + 60),), T + 61, True),
+        # cut short by a kill: its docker stop goes on for the stop window, no longer
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 20, False),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 300, True),
+        ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), T + 203, False),
+        ((), T, True),
+    ],
+)
+def test_a_runs_own_stop_and_start_are_told_by_its_journal_window(
+    runs: tuple[RunRecord, ...], t: float, theirs: bool
+) -> None:
+    assert decide.ours("vllm", t, runs, stop_window=25.0) is not theirs
+    assert not decide.ours("other", t, runs, stop_window=25.0)
+
+
+def test_an_event_in_a_runs_window_is_not_an_operators_stop() -> None:
+    kill = EventSeen(ContainerEvent("vllm", "kill", T + 6, signal="15", id="A"))
+    die = EventSeen(ContainerEvent("vllm", "die", T + 8, exit_code=0, id="A"))
+    runs = (run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),)
+    mind, said = decide.on_event(Mind(), kill, CFG, runs)
+    mind, said = decide.on_event(mind, die, CFG, runs)
+    assert said == [do.EventsSeen(T + 8)]
+    # the same stop with no run behind it: the operator's, kept in the journal by ID
+    mind, said = decide.on_event(Mind(), kill, CFG)
+    _, said = decide.on_event(mind, die, CFG)
+    assert do.NoteOperatorStop(OperatorStop("vllm", "A", T + 8)) in said

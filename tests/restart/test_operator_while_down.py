@@ -5,6 +5,7 @@ after it never stop or restart a container the run did not leave so, and voice c
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -151,3 +152,31 @@ def test_kill_point_fuzz_the_operators_move_while_down_is_respected(
     finally:
         pool.stop_all()
         stage.cleanup()
+
+
+def test_whose_engine_a_repair_finds_up() -> None:
+    """Pure: the interrupted run's own engine, or the operator's (another candidate, a
+    replacement, or a start after the run's stop)."""
+    from datetime import UTC, datetime
+
+    from sparkwarden.base.containers import ContainerState
+    from sparkwarden.restart.parts import Resume
+    from sparkwarden.restart.steps import theirs
+
+    stop = datetime(2026, 12, 1, 3, 0, tzinfo=UTC).timestamp()
+    resume = Resume("a", ["stt"], llm_stopped=True, stopped_at=stop, container_id="A")
+
+    def up(name: str = "a", cid: str = "A", started: float = stop - 3600) -> ContainerState:
+        when = datetime.fromtimestamp(started, UTC)
+        return ContainerState(name, cid, "running", when, None, 0, False)
+
+    assert theirs(up(), resume) is None  # still going down from the run's own stop
+    assert theirs(up(started=stop + 30), resume) == "a was started by hand after the run's stop"
+    assert "replaced by hand" in (theirs(up(cid="B"), resume) or "")
+    assert "another candidate" in (theirs(up(name="b", cid="C"), resume) or "")
+    assert theirs(replace(up(), status="exited"), resume) is None
+    # the run had sent the start itself: a later StartedAt is its own
+    started = Resume.from_plan(
+        "a", {"llm_stopped": True, "llm_stopped_at": stop, "llm_started": True}, "A"
+    )
+    assert started is not None and theirs(up(started=stop + 30), started) is None

@@ -153,6 +153,13 @@ TABLE = [
         None,
     ),
     (
+        "Docker's policy restarted it while nobody watched: still the sequence",
+        beliefs(engine=None),
+        (box(restarts=1),),
+        ("crash", "A"),
+        None,
+    ),
+    (
         "an operator's docker start of it: adopted",
         beliefs(),
         (box(started=T0 - timedelta(seconds=5)),),

@@ -43,6 +43,7 @@ class Want:
     reason: triggers.Reason
     why: str
     target: str
+    said: str | None = None  # a warning logged once, when the restart becomes pending
 
 
 @dataclass(frozen=True)
@@ -116,19 +117,14 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
 def _up(b: Recorded, running: ContainerState, now: float) -> Verdict:
     """One candidate up: adopt it when it is not the engine believed in, or owe it a retry."""
     engine, seen = b.engine, Identity.of(running)
-    same = engine is not None and engine.id == seen.id
-    if (
-        same
-        and engine is not None
-        and engine.started_at != seen.started_at
-        and (running.restart_count > 0)
-    ):
-        # Docker's restart policy brought a crashed engine back into the ghost memory: the
-        # safe sequence must still run (an operator's start sets RestartCount to 0).
+    if running.restart_count > 0:
+        # Docker's restart policy brought a crashed engine back into the ghost memory, whether
+        # sparkwarden watched or not: the safe sequence must still run (any start through the
+        # API, an operator's or a run's, sets RestartCount to 0).
         if (held := blocked(b, now)) is not None:
             return Verdict(waiting=held)
         why = f"{running.name} died and Docker's restart policy started it again"
-        return Verdict(want=Want("crash", why, running.id))
+        return Verdict(want=Want("crash", why, running.id, said="died_and_restarted_by_docker"))
     intents: list[Intent] = []
     retry = b.retry
     if seen != engine:
@@ -191,4 +187,6 @@ def apply(mind: Mind, verdict: Verdict, t: float) -> Decision:
     if mind.pending is not None and mind.pending.target == wanted.target:
         return mind, intents
     mind, more = want(mind, wanted.reason, wanted.why, t, target=wanted.target)
+    if wanted.said is not None:
+        more.insert(0, Say("warning", wanted.said, {"why": wanted.why}))
     return mind, intents + more

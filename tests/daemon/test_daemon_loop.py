@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
+from sparkwarden.daemon.beliefs import Identity
 from sparkwarden.daemon.handlers import WAKE, apply_admin
 from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
@@ -96,19 +96,20 @@ def closing() -> Iterator[list[Daemon]]:
 def test_a_hold_written_behind_a_queued_crash_stops_its_restart(
     tmp_path: Path, closing: list[Daemon]
 ) -> None:
-    """The crash is handled in the pass before the WAKE: the gate must read the hold itself."""
+    """The crash is seen in the look before the WAKE: the gate must read the hold itself."""
     daemon = make_daemon(tmp_path, Recorder(llm_status="exited"))
     closing.append(daemon)
     ran: list[str] = []
-    daemon.hands.sequence = lambda reason, why, call=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
-    daemon.queue.put(ContainerEvent("vllm", "die", time.time(), exit_code=137))
+    daemon.hands.sequence = lambda reason, why, call=None, target=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
+    daemon.kept.put_engine(Identity("vllm", "id", "2026-12-01T00:00:00+00:00"))  # seen serving
+    daemon.facts = daemon._read_journal()
+    daemon._tick(time.time())  # one look: the engine is down
     operator = Journal(daemon.config.state.dir)  # `sparkwarden hold`, from another process
     try:
         assert apply_admin(operator, HoldRequest(cmd="hold", seconds=3600, reason="maint"))["ok"]
     finally:
         operator.close()
     daemon.queue.put(WAKE)
-    daemon._handle(daemon.queue.get())  # one pass of the loop: the die
     assert daemon.mind.pending is not None and daemon.mind.pending.reason == "crash"
     daemon._gate(time.time())
     assert ran == []

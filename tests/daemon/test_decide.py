@@ -14,7 +14,7 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import Config, parse
 from sparkwarden.daemon import decide, gates, publish
 from sparkwarden.daemon import intents as do
-from sparkwarden.daemon.beliefs import GaveUp, Hold
+from sparkwarden.daemon.beliefs import GaveUp, Hold, OperatorStop
 from sparkwarden.daemon.decide import Mind, Pending
 from sparkwarden.daemon.observe import EventSeen, HealthCheck, Observation, Recorded, Scrape
 from sparkwarden.evidence import triggers
@@ -108,28 +108,27 @@ def die(t: float, exit_code: int = 137, up_again: bool = False) -> EventSeen:
     return EventSeen(ContainerEvent("vllm", "die", t, exit_code=exit_code), now=now)
 
 
-def test_a_die_without_docker_stop_is_a_crash() -> None:
+def test_a_die_is_only_noted_the_look_decides() -> None:
+    """A die no longer restarts by itself: it hastens the look, which reconciles."""
     mind, intents = decide.on_event(Mind(), die(T + 5), CFG)
-    assert mind.pending is not None and mind.pending.reason == "crash"
-    assert mind.pending.why == "vllm died with exit code 137"
-    assert intents[0] == do.EventsSeen(T + 5)
+    assert mind.pending is None and intents[0] == do.EventsSeen(T + 5)
+    assert events(intents) == ["container_event"]
 
 
-def test_a_die_after_sigterm_is_stopped_by_hand_until_it_starts_again() -> None:
-    kill = EventSeen(ContainerEvent("vllm", "kill", T, signal="15"))
+def test_a_die_after_sigterm_is_stopped_by_hand_in_the_journal() -> None:
+    kill = EventSeen(ContainerEvent("vllm", "kill", T, signal="15", id="id"))
     mind, _ = decide.on_event(Mind(), kill, CFG)
     mind, said = decide.on_event(mind, die(T + 3, exit_code=0), CFG)
-    assert mind.pending is None and mind.operator_stopped == "vllm"
-    assert "operator_stopped" in events(said)
+    assert mind.pending is None and "operator_stopped" in events(said)
+    (note,) = [i for i in said if isinstance(i, do.NoteOperatorStop)]
+    assert note.stop == OperatorStop("vllm", "id", T + 3)
     # a trigger meanwhile is refused, and says why
     mind, _ = decide.want(mind, "unhealthy", "no answer", T + 4)
-    mind, said = gates.gate(mind, facts(at=T + 4), None, None, T + 4, CFG)
+    stopped = replace(facts(at=T + 4), operator_stopped=note.stop)
+    mind, said = gates.gate(mind, stopped, None, None, T + 4, CFG)
     assert mind.pending is None and restarts(said) == []
     refused = [i for i in said if isinstance(i, do.Say) and i.event == "trigger_refused"]
     assert refused[0].fields["refused"] == "vllm was stopped by hand"
-    start = EventSeen(ContainerEvent("vllm", "start", T + 60))
-    mind, _ = decide.on_event(mind, start, CFG)
-    assert mind.operator_stopped is None
 
 
 def test_our_own_stop_and_start_are_not_events_to_act_on() -> None:
@@ -143,8 +142,8 @@ def test_after_the_clock_stepped_back_a_real_die_is_a_crash_again() -> None:
     seen = Observation(T, up_since(7200), "", Memory(90.0, 128.0))
     mind, said = decide.on_look(Mind(last_run_end=T + 3600), seen, CFG)
     assert mind.last_run_end == T and "clock_stepped_back" in events(said)
-    mind, _ = decide.on_event(mind, die(T + 5), CFG)
-    assert mind.pending is not None and mind.pending.reason == "crash"
+    _, said = decide.on_event(mind, die(T + 5), CFG)
+    assert "container_event" in events(said)  # no longer taken for our own
 
 
 def test_a_daemon_restarted_after_the_floor_paused_voice_resumes_it_when_memory_is_back() -> None:
@@ -153,20 +152,6 @@ def test_a_daemon_restarted_after_the_floor_paused_voice_resumes_it_when_memory_
     fresh = Mind(memory=triggers.MemoryState(alerted=True))  # the journal still lists them
     _, intents = decide.on_look(fresh, seen, low)
     assert do.ResumeVoiceAfterMemory() in intents
-
-
-def test_a_die_an_operator_started_again_is_left_alone() -> None:
-    mind, said = decide.on_event(Mind(), die(T, up_again=True), CFG)  # RestartCount 0
-    assert mind.pending is None and "died_but_started_by_hand" in events(said)
-
-
-def test_a_die_dockers_restart_policy_started_again_is_a_crash() -> None:
-    seen = die(T, up_again=True)
-    assert seen.now is not None
-    restarted = replace(seen, now=replace(seen.now, restart_policy="always", restart_count=1))
-    mind, said = decide.on_event(Mind(), restarted, CFG)
-    assert mind.pending is not None and mind.pending.reason == "crash"
-    assert "died_and_restarted_by_docker" in events(said)
 
 
 def test_fighting_restart_policies_are_taken_over_or_said_once_under_leave() -> None:
@@ -337,7 +322,7 @@ def test_drain_with_no_reading_at_all_waits_for_its_deadline() -> None:
 def test_the_gate_admits_only_on_facts_read_at_its_moment() -> None:
     """A die queued ahead of an operator's hold (and its WAKE): the journal read before the hold
     was written must not let the crash restart through."""
-    mind, _ = decide.on_event(Mind(), die(T + 5), CFG)
+    mind, _ = decide.want(Mind(), "crash", "vllm is exited", T + 5, target="id")
     stale = facts()  # read at T, before the operator's hold
     assert not gates.wants_drain_sample(mind, stale, None, T + 6, CFG)
     kept, said = gates.gate(mind, stale, None, None, T + 6, CFG)
@@ -378,20 +363,23 @@ def ended(reason: Reason, ok: bool, at: float = T) -> do.RunEnded:
 
 
 @pytest.mark.parametrize("reason", ["crash", "unhealthy", "uptime"])
-def test_a_failed_automatic_run_is_asked_for_again(reason: Reason) -> None:
+def test_a_failed_automatic_run_owes_a_retry_kept_in_the_journal(reason: Reason) -> None:
     mind, intents = decide.after_run(Mind(), ended(reason, ok=False), stopping=False)
-    assert mind.pending is not None and mind.pending.reason == reason
-    assert mind.pending.why.startswith("retry after failed run #7")
+    (keep,) = [i for i in intents if isinstance(i, do.KeepRetry)]
+    assert keep.retry is not None and keep.retry.reason == reason and keep.retry.at == T
+    assert keep.retry.why.startswith("retry after failed run #7")
     assert [i.kind for i in intents if isinstance(i, do.Notify)] == ["run_failed"]
-    assert mind.last_run_end == T
-    # stopping, it is not asked for again
-    mind, _ = decide.after_run(Mind(), ended(reason, ok=False), stopping=True)
-    assert mind.pending is None
+    assert mind.last_run_end == T and mind.pending is None  # the next look asks for it
+    # stopping, it is not owed
+    _, intents = decide.after_run(Mind(), ended(reason, ok=False), stopping=True)
+    assert not any(isinstance(i, do.KeepRetry) for i in intents)
 
 
-def test_a_failed_operator_run_is_not_retried() -> None:
-    mind, _ = decide.after_run(Mind(), ended("manual", ok=False), stopping=False)
-    assert mind.pending is None
+def test_a_failed_operator_run_owes_no_retry_a_good_run_clears_one() -> None:
+    _, intents = decide.after_run(Mind(), ended("manual", ok=False), stopping=False)
+    assert not any(isinstance(i, do.KeepRetry) for i in intents)
+    _, intents = decide.after_run(Mind(), ended("manual", ok=True), stopping=False)
+    assert do.KeepRetry(None) in intents
 
 
 def test_an_operators_good_run_clears_gave_up_a_crash_run_says_recovered() -> None:
@@ -446,6 +434,7 @@ def test_state_names_are_derived_in_order() -> None:
     assert set(snapshot.STATES) == {
         "starting",
         "idle",
+        "waiting",
         "draining",
         "restarting",
         "held",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
 from sparkwarden.base.containers import ContainerState
@@ -78,8 +78,8 @@ def test_the_record_keeps_each_original_and_the_latest_one_seen_wins() -> None:
     taken = docker_policy.remember({}, state("a", policy="on-failure", retries=5), "t1")
     taken = docker_policy.remember(taken, state("b", policy="always"), "t2")
     assert taken == {
-        "a": {"name": "on-failure", "retries": 5, "at": "t1"},
-        "b": {"name": "always", "retries": 0, "at": "t2"},
+        "a": {"name": "on-failure", "retries": 5, "at": "t1", "id": "id-a"},
+        "b": {"name": "always", "retries": 0, "at": "t2", "id": "id-b"},
     }
     # the operator set it back by hand: taken again, and that is what will be restored
     again = docker_policy.remember(taken, state("a", policy="unless-stopped"), "t3")
@@ -103,6 +103,18 @@ def test_restore_gives_back_only_what_is_still_ours() -> None:
         ("gone", None),
     ]
     assert "left as it is" in plan[1][2] and "no longer exists" in plan[2][2]
+
+
+def test_restore_never_lands_on_a_container_recreated_since_under_the_name() -> None:
+    """Issue 25: the record is of a container, by ID; one recreated by the operator under the
+    same name (policy ``no`` or another) is left as it is."""
+    taken = docker_policy.remember({}, state("a", policy="always"), "t")
+    assert taken["a"]["id"] == state("a").id
+    recreated = replace(state("a", policy=NO.name), id="f" * 64)
+    ((_, policy, note),) = docker_policy.to_restore(taken, {"a": recreated})
+    assert policy is None and "recreated since" in note
+    ((_, policy, _),) = docker_policy.to_restore(taken, {"a": state("a", policy=NO.name)})
+    assert policy == Policy("always")
 
 
 def text_of(view: PolicyView) -> str:

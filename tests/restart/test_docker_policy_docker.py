@@ -198,8 +198,9 @@ def test_an_operators_docker_start_after_a_crash_is_left_alone(
     stage.client.containers.get(llm).start()  # the operator's own hands, while nobody watched
     wait_healthy(port)
 
-    second = start_daemon([llm], port, [])  # replays the die: the container is up again
-    wait_for("the replayed die", lambda: '"died_but_started_by_hand"' in second.text())
+    second = start_daemon([llm], port, [])  # the look: up, started through the API
+    wait_for("the engine watched", lambda: '"engine_adopted"' in second.text())
+    time.sleep(2)
     assert second.history() == []
 
 

@@ -58,7 +58,7 @@ def test_a_run_proves_the_users_path_and_records_its_lag(
     result = run_cli(config, "restart")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"[8/{len(STEPS)}] gateway_probe" in result.stdout
+    assert f"[9/{len(STEPS)}] gateway_probe" in result.stdout
     (run,) = history(config)
     probe = steps_of(run)["gateway_probe"]
     assert probe["result"] == "ok", probe

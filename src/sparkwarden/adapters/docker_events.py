@@ -21,7 +21,8 @@ from sparkwarden.base import logs
 
 log = logs.get("sparkwarden.events")
 
-ACTIONS = ("die", "kill", "start", "stop", "oom", "pause", "unpause")
+#: ``destroy``, ``create`` and ``rename`` too: an operator's replacement is told from a crash.
+ACTIONS = ("die", "kill", "start", "stop", "oom", "pause", "unpause", "destroy", "create", "rename")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ContainerEvent:
     t: float
     signal: str | None = None
     exit_code: int | None = None
+    id: str = ""  # the container's ID: a name outlives the container it named
 
     @classmethod
     def from_docker(cls, raw: dict[str, Any]) -> ContainerEvent | None:
@@ -48,6 +50,7 @@ class ContainerEvent:
             t=t,
             signal=attributes.get("signal"),
             exit_code=int(exit_code) if exit_code is not None else None,
+            id=str(raw.get("id") or raw.get("Actor", {}).get("ID") or ""),
         )
 
 
@@ -70,6 +73,35 @@ class EventStream:
 
     def start(self) -> None:
         self._thread.start()
+
+    def replay(self, until: float) -> list[ContainerEvent]:
+        """The events since the last one seen, up to ``until``, read at once (before the first
+        look); the stream then starts after ``until``. Docker not answering: nothing, and the
+        stream replays them itself."""
+        since = self._since
+        if since is None:
+            return []
+        events: list[ContainerEvent] = []
+        client = None
+        try:
+            client = docker.from_env(timeout=30)
+            for raw in client.events(
+                decode=True,
+                since=int(since),
+                until=int(until) + 1,
+                filters={"type": "container", "container": self._names},
+            ):
+                event = ContainerEvent.from_docker(raw)
+                if event is not None and since < event.t <= until:
+                    events.append(event)
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            log.warning("docker_events_replay_failed", error=str(exc))
+            return []
+        finally:
+            if client is not None:
+                client.close()
+        self._since = until
+        return events
 
     def _run(self) -> None:
         since = self._since

@@ -82,14 +82,27 @@ class Hands:
                 case do.TakeOverPolicy(container):
                     self._take_over_policy(container)
                     wrote = True
-                case do.Restart(reason, why):
-                    ended = self.sequence(reason, why)
+                case do.Restart(reason, why, target):
+                    ended = self.sequence(reason, why, target=target)
+                case do.Adopt(engine):
+                    self.kept.put_engine(engine)
+                    self.kept.put_operator_stopped(None)  # it, or another, is up again
+                    wrote = True
+                case do.NoteOperatorStop(stop):
+                    self.kept.put_operator_stopped(stop)
+                    wrote = True
+                case do.KeepRetry(retry):
+                    self.kept.put_retry(retry)
+                    wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
         return ended, wrote
 
-    def sequence(self, reason: str, why: str, call: ManualCall | None = None) -> do.RunEnded | None:
-        """The restart sequence under the run lock; None when the lock is someone else's."""
+    def sequence(
+        self, reason: str, why: str, call: ManualCall | None = None, target: str | None = None
+    ) -> do.RunEnded | None:
+        """The restart sequence under the run lock; None when the lock is someone else's.
+        ``target``: the only container (ID) it may touch."""
         try:
             self.run_lock.acquire(reason)
         except LockBusy as exc:
@@ -111,7 +124,9 @@ class Hands:
 
         outcome = None
         try:
-            outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
+            outcome = sequence.restart(
+                self.config, reason, self.parts, observer=observe, why=why, target=target
+            )
         except HandedOver:
             return None  # left open, voice paused: the next daemon's repair finishes it
         finally:
@@ -135,7 +150,7 @@ class Hands:
             try:
                 note = f"sparkwarden (pid {run.pid}) stopped during this run"
                 log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-                resume = Resume.from_plan(run.container, run.plan)
+                resume = Resume.from_plan(run.container, run.plan, run.container_id)
                 if resume is None:
                     self.parts.journal.mark_interrupted(run.id, note)
                     continue  # cut short in detect: nothing had been touched

@@ -1,7 +1,9 @@
 """The daemon's durable facts in the journal's key-value table, with typed accessors.
 
 The one place that names the keys: a hold, a "gave up", the last budget reset, the voice the
-memory floor paused, the last Docker event seen, the restart policies taken over from Docker.
+memory floor paused, the last Docker event seen, the restart policies taken over from Docker,
+and what the daemon must still believe after SIGHUP, a crash or an upgrade (issue 25): the engine
+serving (by ID and StartedAt), an operator's stop, a retry owed, the canary's baseline.
 Each survives a restart of sparkwarden, and each may be changed by an operator with no daemon
 running (``hold``, ``release``, ``reset``, ``uninstall-service``).
 """
@@ -13,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from sparkwarden.base.containers import ContainerState
 from sparkwarden.restart.journal import Journal
 
 
@@ -26,6 +29,10 @@ class Key(StrEnum):
     REBOOT_REQUIRED = "reboot_required"
     MEMORY_TREND_FROM = "memory_trend_from"
     POLICIES_TAKEN = "restart_policies_taken"
+    ENGINE = "engine"
+    OPERATOR_STOPPED = "operator_stopped"
+    RETRY = "retry"
+    CANARY_BASELINE = "canary_baseline"
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class GaveUp:
 
 @dataclass(frozen=True)
 class RebootRequired:
-    """MemAvailable after stop and drop kept falling: no automatic restart until a reset."""
+    """Memory nobody holds kept growing across stops and drops: no automatic restart until a
+    reset."""
 
     why: str
     available_after_drop_gib: tuple[float, ...]
@@ -73,6 +81,60 @@ class RebootRequired:
             "why": self.why,
             "available_after_drop_gib": list(self.available_after_drop_gib),
             "fall_gib": self.fall_gib,
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A container as Docker knows it: a replaced container is a new ID, a restarted one a new
+    ``StartedAt``. Names are how operators speak; identity is how sparkwarden decides."""
+
+    name: str
+    id: str
+    started_at: str | None  # Docker's StartedAt, ISO; None for a container never started
+
+    @classmethod
+    def of(cls, state: ContainerState) -> Identity:
+        started = state.started_at.isoformat() if state.started_at else None
+        return cls(state.name, state.id, started)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "id": self.id, "started_at": self.started_at}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Identity:
+        return cls(str(raw["name"]), str(raw["id"]), raw.get("started_at"))
+
+
+@dataclass(frozen=True)
+class OperatorStop:
+    """An operator's ``docker stop`` of this container (by ID): it stays down until someone
+    starts it."""
+
+    name: str
+    id: str
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "id": self.id, "at": self.at}
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed automatic run, to be run again (the budget's backoff says when): kept in the
+    journal so a SIGHUP, a crash or an upgrade of sparkwarden cannot forget it."""
+
+    reason: str
+    why: str
+    container_id: str | None
+    at: float  # when the failed run ended: a start of the container after this is not ours
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "why": self.why,
+            "container_id": self.container_id,
             "at": self.at,
         }
 
@@ -163,3 +225,49 @@ class Kept:
             self.journal.put(Key.POLICIES_TAKEN, taken)
         else:
             self.journal.delete(Key.POLICIES_TAKEN)
+
+    def engine(self) -> Identity | None:
+        """The LLM container last seen serving: what "the LLM serving" means now."""
+        raw: dict[str, Any] | None = self.journal.get(Key.ENGINE)
+        return Identity.from_json(raw) if raw else None
+
+    def put_engine(self, engine: Identity) -> None:
+        self.journal.put(Key.ENGINE, engine.to_json())
+
+    def operator_stopped(self) -> OperatorStop | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.OPERATOR_STOPPED)
+        return OperatorStop(raw["name"], raw["id"], float(raw["at"])) if raw else None
+
+    def put_operator_stopped(self, stop: OperatorStop | None) -> None:
+        if stop is None:
+            self.journal.delete(Key.OPERATOR_STOPPED)
+        else:
+            self.journal.put(Key.OPERATOR_STOPPED, stop.to_json())
+
+    def retry(self) -> Retry | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.RETRY)
+        if not raw:
+            return None
+        return Retry(raw["reason"], raw["why"], raw.get("container_id"), float(raw["at"]))
+
+    def put_retry(self, retry: Retry | None) -> None:
+        if retry is None:
+            self.journal.delete(Key.RETRY)
+        else:
+            self.journal.put(Key.RETRY, retry.to_json())
+
+    def canary_baseline(self) -> tuple[Identity, tuple[tuple[str, float], ...]] | None:
+        """The drafting canary's baseline, and the engine (ID and StartedAt) it was learnt on:
+        a restart of sparkwarden mid-decay must not relearn it from the decayed engine."""
+        raw: dict[str, Any] | None = self.journal.get(Key.CANARY_BASELINE)
+        if not raw:
+            return None
+        baseline = tuple((str(k), float(v)) for k, v in raw["baseline"].items())
+        return Identity.from_json(raw["engine"]), baseline
+
+    def put_canary_baseline(
+        self, engine: Identity, baseline: tuple[tuple[str, float], ...]
+    ) -> None:
+        self.journal.put(
+            Key.CANARY_BASELINE, {"engine": engine.to_json(), "baseline": dict(baseline)}
+        )

@@ -11,7 +11,7 @@ budget and its backoff, and (for a planned reason) a drain of the requests in fl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -19,11 +19,13 @@ from apscheduler.triggers.base import BaseTrigger
 
 from sparkwarden.base.cron import missed_run_due, next_fire
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import RebootRequired
+from sparkwarden.daemon.beliefs import OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.intents import (
     ClearGaveUp,
     EventsSeen,
     Intent,
+    KeepRetry,
+    NoteOperatorStop,
     Notify,
     QuietVoiceForMemory,
     RequireReboot,
@@ -44,6 +46,7 @@ from sparkwarden.evidence.triggers import (
     automatic,
 )
 from sparkwarden.restart import docker_policy
+from sparkwarden.restart.journal import RunRecord
 
 # --- what the daemon believes ------------------------------------------------------------------
 
@@ -56,6 +59,16 @@ class Pending:
     why: str
     since: float
     drain: triggers.DrainState | None = None  # set while a planned restart drains
+    #: the one container (ID) the restart may touch; None: the active one at the time
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What keeps the LLM from serving, and the command that ends the wait (for status)."""
+
+    what: str
+    command: str
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,6 @@ class Mind:
     """What the daemon believes between inputs: all the state its decisions carry forward."""
 
     pending: Pending | None = None
-    operator_stopped: str | None = None  # the container ``docker stop`` took down by hand
     exits: Mapping[str, ExitWatch] = field(default_factory=dict)
     health: HealthState = field(default_factory=HealthState)
     memory: triggers.MemoryState = field(default_factory=triggers.MemoryState)
@@ -73,72 +85,79 @@ class Mind:
     last_run_end: float = 0.0  # Docker events before this were our own stop and start
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
     left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
+    waiting: Waiting | None = None  # what the last reconcile found the LLM waiting for
 
 
 Decision = tuple[Mind, list[Intent]]
 
 
+def _stop_window(cfg: Config) -> float:
+    """How long after a SIGTERM a ``die`` still belongs to that stop."""
+    return cfg.llm.stop_timeout + 15
+
+
 # --- triggers ----------------------------------------------------------------------------------
 
 
-def want(mind: Mind, reason: Reason, why: str, t: float) -> Decision:
+def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = None) -> Decision:
     """Note a trigger; an urgent one replaces a planned one still waiting."""
     pending = mind.pending
     if pending is not None and (reason in PLANNED or pending.reason not in PLANNED):
         return mind, []
-    return replace(mind, pending=Pending(reason, why, t)), [
+    return replace(mind, pending=Pending(reason, why, t, target=target)), [
         Say("info", "trigger", {"reason": reason, "why": why})
     ]
 
 
-def on_event(mind: Mind, seen: EventSeen, cfg: Config) -> Decision:
-    """A Docker event: a ``die`` with no ``docker stop`` before it is a crash, also when Docker's
-    restart policy has started the container again (:func:`triggers.judge_die`)."""
+def ours(name: str, t: float, runs: Sequence[RunRecord], stop_window: float) -> bool:
+    """Whether a run (this daemon's, a ``sparkwarden restart`` of its own, or one a crash of
+    sparkwarden cut short) was acting on container ``name`` at ``t``: its stop and start are not
+    an operator's. A run cut short acted only until its last recorded act (a ``docker stop``
+    it sent goes on for up to the stop window); what came after is someone else's."""
+    for run in runs:
+        if run.container != name or t < run.started_at:
+            continue
+        if run.result in ("interrupted", "running"):
+            plan = run.plan
+            end = max(
+                run.started_at + 5.0,
+                float(plan.get("llm_stopped_at") or 0.0) + stop_window,
+                float(plan.get("llm_started_at") or 0.0) + 5.0,
+            )
+        else:
+            end = run.ended_at or run.started_at
+        if t <= end:
+            return True
+    return False
+
+
+def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord] = ()) -> Decision:
+    """A Docker event only tells who did what: an operator's ``docker stop`` (a ``kill`` with
+    SIGTERM before the ``die``) is noted in the journal. Whether the engine is down, and what to
+    do about it, is :mod:`~sparkwarden.daemon.reconcile`'s to say at the look the event hastens."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
-    if event.t <= mind.last_run_end:
+    if event.t <= mind.last_run_end or ours(event.name, event.t, runs, _stop_window(cfg)):
         return mind, intents  # our own stop and start
     watch = mind.exits.get(event.name, ExitWatch()).on_event(event.action, event.signal, event.t)
     mind = replace(mind, exits={**mind.exits, event.name: watch})
-    intents.append(
-        Say(
-            "info",
-            "container_event",
-            {
-                "container": event.name,
-                "action": event.action,
-                "exit_code": event.exit_code,
-                "signal": event.signal,
-            },
-        )
-    )
+    said = {
+        "container": event.name,
+        "action": event.action,
+        "exit_code": event.exit_code,
+        "signal": event.signal,
+    }
+    intents.append(Say("info", "container_event", said))
     if event.action == "start":
-        back = mind.operator_stopped == event.name
-        mind = replace(
-            mind, health=HealthState(), operator_stopped=None if back else mind.operator_stopped
-        )
+        mind = replace(mind, health=HealthState())
     if event.action != "die":
         return mind, intents
-    if watch.classify_die(event.t, cfg.llm.stop_timeout + 15) == "operator-stop":
+    if watch.classify_die(event.t, _stop_window(cfg)) == "operator-stop":
+        cid = event.id or (seen.now.id if seen.now else "")
+        stop = OperatorStop(event.name, cid, event.t)
         said = {"container": event.name, "exit_code": event.exit_code}
-        return replace(mind, operator_stopped=event.name), [
-            *intents,
-            Say("warning", "operator_stopped", said),
-        ]
-    if seen.now is None:
-        return mind, [
-            *intents,
-            Say("error", "inspect_failed", {"container": event.name, "error": seen.error}),
-        ]
-    now = seen.now
-    if triggers.judge_die(watch, event.t, cfg.llm.stop_timeout + 15, now) == "operator-started":
-        said = {"container": event.name, "status": now.status}
-        return mind, [*intents, Say("warning", "died_but_started_by_hand", said)]
-    if now.up:  # Docker's restart policy: the engine it started is in the ghost memory
-        said = {"container": event.name, "status": now.status, "restarts": now.restart_count}
-        intents.append(Say("warning", "died_and_restarted_by_docker", said))
-    mind, more = want(mind, "crash", f"{event.name} died with exit code {event.exit_code}", event.t)
-    return mind, intents + more
+        return mind, [*intents, NoteOperatorStop(stop), Say("warning", "operator_stopped", said)]
+    return mind, intents
 
 
 def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
@@ -348,7 +367,7 @@ def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> D
 
 
 def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
-    """Notify how it went; an automatic run that failed is asked for again (budget permitting)."""
+    """Notify how it went; an automatic run that failed owes a retry (budget permitting)."""
     outcome, reason = ended.outcome, ended.reason
     mind = replace(mind, health=HealthState(), last_run_end=ended.at)
     intents: list[Intent] = []
@@ -367,6 +386,7 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
             Notify("run_failed", subject, summary, {"run": outcome.run_id, "reason": reason})
         )
     else:
+        intents.append(KeepRetry(None))
         mind = replace(mind, gateway=triggers.GatewayWatch(True, "ok (the run's gateway probe)"))
         if reason == "crash":
             summary = (
@@ -374,8 +394,8 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
             )
             intents.append(Notify("crash_recovered", subject, summary, {"run": outcome.run_id}))
     # Only the gateway failed: the engine answered, and restarting it would not fix a gateway.
+    # Kept in the journal: the next look (of this daemon or the next one) asks for it again.
     if not outcome.ok and not gateway_failed and (retry := automatic(reason)) and not stopping:
         why = f"retry after failed run #{outcome.run_id}: {outcome.error}"
-        mind, more = want(mind, retry, why, ended.at)
-        intents += more
+        intents.append(KeepRetry(Retry(retry, why, outcome.container_id, ended.at)))
     return mind, intents

@@ -65,8 +65,8 @@ def _admit(
         refuse = "gave up earlier: waiting for an operator ('sparkwarden reset')"
     elif facts.reboot_required:
         refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
-    elif mind.operator_stopped:
-        refuse = f"{mind.operator_stopped} was stopped by hand"
+    elif facts.operator_stopped:
+        refuse = f"{facts.operator_stopped.name} was stopped by hand"
     dropped = replace(mind, pending=None)
     if pending.reason == "schedule" and (why := fresh(active, t, cfg)):
         return dropped, [*intents, Say("info", "schedule_skipped", {"why": why})], "dropped"

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.notices import Notice
-from sparkwarden.daemon.beliefs import GaveUp, RebootRequired
+from sparkwarden.daemon.beliefs import GaveUp, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.evidence.triggers import Reason
 from sparkwarden.restart.parts import Outcome
 
@@ -29,10 +29,35 @@ class Say:
 
 @dataclass(frozen=True)
 class Restart:
-    """Run the sequence now, under the run lock."""
+    """Run the sequence now, under the run lock; ``target`` (a container ID) is the only
+    container the run may stop or start: another one, or a replaced one, fails it untouched."""
 
     reason: Reason
     why: str
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """The LLM serving now is this container (an operator's start, replacement or other
+    candidate, or a run's own start): written to the journal as what "serving" means."""
+
+    engine: Identity
+    why: str
+
+
+@dataclass(frozen=True)
+class NoteOperatorStop:
+    """An operator stopped this container: it stays down until someone starts it."""
+
+    stop: OperatorStop
+
+
+@dataclass(frozen=True)
+class KeepRetry:
+    """Write (or, with None, clear) the retry a failed automatic run owes."""
+
+    retry: Retry | None
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,9 @@ Intent = (
     | EventsSeen
     | TakeCanary
     | TakeOverPolicy
+    | Adopt
+    | NoteOperatorStop
+    | KeepRetry
 )
 
 

@@ -30,11 +30,11 @@ from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.config import schema as config_mod
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon import decide, gates, publish
+from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
-from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.beliefs import Identity, Kept
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
-from sparkwarden.daemon.intents import RunEnded, TakeCanary
+from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
 from sparkwarden.evidence import triggers
 from sparkwarden.restart.lock import RunLock
@@ -81,6 +81,8 @@ class Daemon:
         )
         self.exporter: Any = None
         self.stopping = False
+        #: an event asks for a look by then (monotonic), sooner than the next tick
+        self.look_by = float("inf")
         self.ready = False
         self.hang = False
         # Voice the floor paused before a restart of sparkwarden is resumed when memory is back.
@@ -107,10 +109,14 @@ class Daemon:
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
         try:
-            if (repaired := self.hands.repair()) is not None:
-                self.mind = replace(self.mind, last_run_end=repaired)
+            self.hands.repair()  # its own stop and start are in the journal (decide.ours)
             self.facts = self._read_journal()
+            # What happened while no sparkwarden listened is read before the first look: an
+            # operator's stop meanwhile must be known before a down engine is judged.
+            for event in self.events.replay(time.time()):
+                self._handle(event)
             self._tick(time.time())
+            self._keep_canary_baseline()
             self._start_listeners()
             self._catch_up_schedule()
             self.ready = True
@@ -203,7 +209,9 @@ class Daemon:
                 continue
             with contextlib.suppress(queue.Empty):
                 self._handle(self.queue.get(timeout=max(0.0, next_tick - time.monotonic())))
+            next_tick = min(next_tick, self.look_by)
             if time.monotonic() >= next_tick:
+                self.look_by = float("inf")
                 self._tick(time.time())
                 self._decide(
                     decide.on_clock(self.mind, datetime.now(UTC), self.crontab, self.config)
@@ -224,14 +232,22 @@ class Daemon:
         if item == WAKE:  # an operator changed hold, budget or gave-up
             self.facts = self._read_journal()
         elif isinstance(item, ContainerEvent):
-            self._decide(decide.on_event(self.mind, self.observer.event(item), self.config))
+            runs = self.parts.journal.runs(10)  # whose stop or start it was
+            seen = self.observer.event(item)
+            self._decide(decide.on_event(self.mind, seen, self.config, runs))
+            # an event only hastens the next look, once the exit has settled
+            self.look_by = min(self.look_by, time.monotonic() + reconcile.SETTLE + 0.1)
         elif isinstance(item, ManualCall):
             self._manual(item)
 
     def _tick(self, t: float) -> None:
         """Docker and memory first, acted on at once (a memory floor pauses voice now), then the
         engine's slow HTTP reads."""
-        self.seen = self.observer.look(t, self.facts.last_container)
+        engine = self.facts.engine
+        self.seen = self.observer.look(t, engine.name if engine else self.facts.last_container)
+        world = reconcile.World(self.seen.states, self.seen.error if self.seen.unreadable else "")
+        verdict = reconcile.reconcile(self.facts, world, t, self.config)
+        self._decide(reconcile.apply(self.mind, verdict, t))
         self._decide(decide.on_look(self.mind, self.seen, self.config))
         eager = decide.canary_owed(self.mind, t, self.config)
         health = self.mind.health
@@ -273,6 +289,9 @@ class Daemon:
         """Take the decider's word, have the hands act on it, and feed a run's result back."""
         self.mind, intents = decision
         ended, wrote = self.hands.carry_out(intents)
+        if any(isinstance(i, Adopt) for i in intents):  # a new engine: nothing it said is known
+            self.observer.after_run(time.time(), ok=False)
+            self.observer.last_probe = ""
         if wrote:
             self.facts = self._read_journal()
         for take in [i for i in intents if isinstance(i, TakeCanary)]:  # a read: the observer's
@@ -280,7 +299,11 @@ class Daemon:
             if taken is not None:
                 active = self.seen.active if self.seen else None
                 subject = active.name if active else "llm"
+                learnt = self.mind.canary.baseline
                 self._decide(decide.on_canary(self.mind, taken, subject, self.config))
+                baseline = self.mind.canary.baseline
+                if baseline and baseline != learnt and active is not None:
+                    self.kept.put_canary_baseline(Identity.of(active), baseline)
         if ended is not None:
             self._after_run(ended)
 
@@ -290,6 +313,18 @@ class Daemon:
         self._decide(decide.memory_trend(self.mind, self.facts, ended, self.config))
         self._decide(decide.after_run(self.mind, ended, self.stopping))
         self._tick(time.time())
+
+    def _keep_canary_baseline(self) -> None:
+        """The canary baseline learnt on this very engine (same ID, same StartedAt) before
+        sparkwarden restarted: kept, not relearnt from an engine that may have decayed since."""
+        saved = self.kept.canary_baseline()
+        active = self.seen.active if self.seen else None
+        if saved is None or active is None or Identity.of(active) != saved[0]:
+            return
+        note = "canary baseline kept from before sparkwarden restarted (same engine)"
+        canary = replace(self.mind.canary, baseline=saved[1], note=note)
+        self.mind = replace(self.mind, canary=canary)
+        log.info("canary_baseline_kept", container=active.name, baseline=dict(saved[1]))
 
     def _catch_up_schedule(self) -> None:
         last = self.parts.journal.last_run_of("schedule")

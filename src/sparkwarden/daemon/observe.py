@@ -7,6 +7,7 @@ and the chat canary are next due) and the last of each reading, for the status s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -15,9 +16,17 @@ from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState, choose_active
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import GaveUp, Hold, Kept, RebootRequired
+from sparkwarden.daemon.beliefs import (
+    GaveUp,
+    Hold,
+    Identity,
+    Kept,
+    OperatorStop,
+    RebootRequired,
+    Retry,
+)
 from sparkwarden.evidence import canary_reading
 from sparkwarden.evidence.canary_reading import Round
 from sparkwarden.evidence.triggers import PastRun
@@ -59,6 +68,7 @@ class Observation:
     scrape: Scrape | None = None
     check: HealthCheck | None = None
     states: tuple[ContainerState, ...] = ()  # every LLM candidate, also when none is active
+    unreadable: bool = False  # Docker could not be read: ``error`` says why
 
     @property
     def running(self) -> bool:
@@ -91,6 +101,10 @@ class Recorded:
     #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
     after_drops: tuple[float, ...] = ()
     policies_taken: dict[str, Any] = field(default_factory=dict)
+    #: the LLM container last seen serving, by ID and StartedAt
+    engine: Identity | None = None
+    operator_stopped: OperatorStop | None = None
+    retry: Retry | None = None
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -108,6 +122,9 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         reboot_required=kept.reboot_required(),
         after_drops=tuple(kept.memory_after_drops()),
         policies_taken=kept.policies_taken(),
+        engine=kept.engine(),
+        operator_stopped=kept.operator_stopped(),
+        retry=kept.retry(),
     )
 
 
@@ -124,13 +141,20 @@ class Observer:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
-        active, error, states = None, "", list[ContainerState]()
+        active, error, states, unreadable = None, "", list[ContainerState](), False
         try:
-            states = [self.parts.docker.inspect(name) for name in cfg.llm.containers]
-            active = choose_active(states, last_container)
+            for name in cfg.llm.containers:
+                with contextlib.suppress(NoSuchContainer):  # removed by hand: not there now
+                    states.append(self.parts.docker.inspect(name))
         except SparkwardenError as exc:
-            error = str(exc)
-        return Observation(t, active, error, self.parts.host.memory(), states=tuple(states))
+            error, unreadable, states = str(exc), True, []
+        if not unreadable:
+            try:
+                active = choose_active(states, last_container)
+            except SparkwardenError as exc:
+                error = str(exc)
+        memory = self.parts.host.memory()
+        return Observation(t, active, error, memory, states=tuple(states), unreadable=unreadable)
 
     def engine(
         self,

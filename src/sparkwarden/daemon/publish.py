@@ -45,7 +45,7 @@ def state_name(
     """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
     if step is not None:
         return f"restarting: {step}" if step else "restarting"
-    name: State = "idle"
+    name: State = "idle" if mind.waiting is None else "waiting"
     if not ready:
         name = "starting"
     elif reboot:
@@ -93,10 +93,14 @@ def build(
     health = mind.health.last
     if mind.health.failures:
         health += f" ({mind.health.failures} failure(s) in a row)"
-    stopped = mind.operator_stopped
+    last_probe = observer.last_probe
+    if active is None or active.status != "running":  # what it said before it went down
+        health, last_probe = "-: not running", ""
+    stopped = facts.operator_stopped.name if facts.operator_stopped else None
     note = (seen.error if seen else "") or (
         f"{stopped} stopped by hand: not restarting it" if stopped else ""
     )
+    waiting = mind.waiting
     acc, memory = mind.acc, seen.memory if seen else None
     return Snapshot(
         written_at=now.isoformat(timespec="seconds"),
@@ -114,13 +118,15 @@ def build(
             pending=mind.pending.reason if mind.pending else None,
             drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
             version=version(),
+            waiting=waiting.what if waiting else None,
+            command=waiting.command if waiting else None,
         ),
         llm=LlmView(
             container=active.name if active else None,
             status=active.status if active else "unknown",
             uptime_s=active.uptime_s(now) if active else None,
             health=health,
-            last_probe=observer.last_probe,
+            last_probe=last_probe,
             note=note,
             operator_stopped=stopped,
         ),
@@ -128,6 +134,8 @@ def build(
             available_gib=round(memory.available_gib, 2) if memory else 0.0,
             total_gib=round(memory.total_gib, 2) if memory else 0.0,
             below_floor=mind.memory.below_since is not None,
+            held_gib=_gib(memory.held_gib) if memory else None,
+            unheld_gib=_gib(memory.unheld_gib) if memory else None,
         ),
         acceptance=AcceptanceView(
             current=acc.current,
@@ -172,6 +180,8 @@ def status_line(s: Snapshot) -> str:
     parts = [s.daemon.state]
     if not llm.container:  # e.g. the shipped example config's names: say so where systemd shows
         parts.append(f"no LLM container: {llm.note or 'none of llm.containers found'}")
+    if s.daemon.waiting:  # the LLM is down: what for, and what ends the wait
+        parts.append(f"waiting for {s.daemon.waiting} ('{s.daemon.command}')")
     if llm.container:
         up = llm.uptime_s
         parts.append(
@@ -227,3 +237,7 @@ class Publisher:
         except OSError as exc:
             log.error("status_write_failed", error=str(exc))
         return line
+
+
+def _gib(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

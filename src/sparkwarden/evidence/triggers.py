@@ -248,7 +248,8 @@ class Leak:
 
 
 def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
-    """What ``MemAvailable`` returned to after each stop and drop: falling at every one of the
+    """What memory nobody holds left free after each stop and drop (what cgroups and processes
+    hold, a voice container's cache or ``/dev/shm``, is not counted): falling at every one of the
     last ``trend_runs`` runs, and by more than ``trend_fall_gib`` in all, is memory the driver
     never gives back (on GB10 only a reboot returns it; restarting on walks the box into a
     lock-up). One run that got memory back ends the trend."""
@@ -260,7 +261,8 @@ def memory_trend(readings: list[float], cfg: MemoryConfig) -> Leak | None:
     if not falling or fall <= cfg.trend_fall_gib:
         return None
     why = (
-        f"MemAvailable after stop and drop fell at each of the last {len(last)} runs, "
+        f"memory held by no process or container grew at each of the last {len(last)} runs: "
+        "what it leaves free after stop and drop fell "
         f"{last[0]:.1f} -> {last[-1]:.1f} GiB ({fall:.1f} GiB, more than "
         f"{cfg.trend_fall_gib:g}): memory that only a reboot returns"
     )
@@ -376,6 +378,9 @@ class PastRun:
     result: str
     started_at: float
     ended_at: float | None
+    #: the step that failed first: a run that failed only at the gateway brought the engine
+    #: back, so it is no failure of the engine's (no backoff)
+    failed_step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -405,7 +410,7 @@ def budget(runs: list[PastRun], now: float, reset_at: float, cfg: BudgetConfig) 
     placed = [r for r in counted if r.started_at <= now]
     failures = 0
     for run in sorted(placed, key=lambda r: r.started_at, reverse=True):
-        if run.result not in ("failed", "interrupted"):
+        if run.result not in ("failed", "interrupted") or run.failed_step == GATEWAY_STEP:
             break
         failures += 1
     if failures:

@@ -61,7 +61,8 @@ def remember(taken: dict[str, Any], state: ContainerState, at: str) -> dict[str,
     record: the latest policy the operator chose is the one ``uninstall-service`` restores.
     """
     original = Policy.of(state)
-    return {**taken, state.name: {"name": original.name, "retries": original.retries, "at": at}}
+    entry = {"name": original.name, "retries": original.retries, "at": at, "id": state.id}
+    return {**taken, state.name: entry}
 
 
 def recorded(entry: dict[str, Any]) -> Policy:
@@ -72,12 +73,16 @@ def to_restore(
     taken: dict[str, Any], states: dict[str, ContainerState | None]
 ) -> list[tuple[str, Policy | None, str]]:
     """What ``uninstall-service`` does per recorded container: the policy to set back, or none
-    and why (the container is gone, or the operator chose another policy since)."""
+    and why (the container is gone or was recreated, or the operator chose another policy)."""
     plan: list[tuple[str, Policy | None, str]] = []
     for name, entry in taken.items():
         state, original = states.get(name), recorded(entry)
         if state is None:
             plan.append((name, None, f"{name} no longer exists: nothing to restore"))
+        elif entry.get("id") and state.id != entry["id"]:  # the record is of the container, by ID
+            plan.append(
+                (name, None, f"{name} was recreated since (id {state.id[:12]}): left as it is")
+            )
         elif state.restart_policy != NO.name:
             now = str(Policy.of(state))
             plan.append((name, None, f"{name} has restart policy {now!r} now: left as it is"))

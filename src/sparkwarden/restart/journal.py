@@ -279,21 +279,27 @@ class Journal:
 
     def past_runs(
         self, since: float, after_run: int = 0
-    ) -> list[tuple[str, str, float, float | None]]:
-        """(reason, result, started_at, ended_at) of the runs since a time and after run
-        ``after_run`` (ids do not step back with the clock), oldest first."""
+    ) -> list[tuple[str, str, float, float | None, str | None]]:
+        """(reason, result, started_at, ended_at, first failed step) of the runs since a time
+        and after run ``after_run`` (ids do not step back with the clock), oldest first."""
         rows = self._db.execute(
-            "SELECT reason, result, started_at, ended_at FROM runs"
-            " WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
+            "SELECT reason, result, started_at, ended_at, (SELECT name FROM steps s"
+            " WHERE s.run_id = runs.id AND s.result = 'failed' ORDER BY s.id LIMIT 1) AS failed"
+            " FROM runs WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
             (since, after_run),
         ).fetchall()
-        return [(r["reason"], r["result"], r["started_at"], r["ended_at"]) for r in rows]
+        return [
+            (r["reason"], r["result"], r["started_at"], r["ended_at"], r["failed"]) for r in rows
+        ]
 
     def memory_after_drops(self, since: float) -> list[float]:
-        """``MemAvailable`` (GiB) after the stop and drop of each run since a time, oldest
-        first: the drop_caches step's own figure, ok or failed."""
+        """What memory nobody holds leaves free (GiB) after the stop and drop of each run since
+        a time, oldest first: the total less what no process or cgroup holds (older records:
+        ``MemAvailable``), the drop_caches step's own figures, ok or failed."""
         rows = self._db.execute(
-            "SELECT json_extract(s.detail, '$.available_after_gib') AS gib FROM steps s"
+            "SELECT COALESCE(json_extract(s.detail, '$.total_gib')"
+            " - json_extract(s.detail, '$.unheld_after_gib'),"
+            " json_extract(s.detail, '$.available_after_gib')) AS gib FROM steps s"
             " JOIN runs r ON r.id = s.run_id WHERE s.name = 'drop_caches'"
             " AND r.started_at >= ? AND r.result != 'dry-run'"
             " AND json_extract(s.detail, '$.available_after_gib') IS NOT NULL ORDER BY s.id",

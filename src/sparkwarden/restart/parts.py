@@ -82,6 +82,8 @@ class Outcome:
     error: str | None
     #: The step that failed first: a ``gateway_probe`` failure is no reason to restart again.
     failed_step: str | None = None
+    #: The ID of the container the run chose (None when it failed before choosing).
+    container_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,14 +98,23 @@ class Resume:
     container: str | None
     voice_paused: list[str]
     llm_stopped: bool = False
+    #: when the run sent ``docker stop`` (wall clock): a container started after it is not ours
+    stopped_at: float | None = None
+    #: the ID of the container the run chose: another ID under the name is a replacement
+    container_id: str | None = None
 
     @classmethod
-    def from_plan(cls, container: str | None, plan: dict[str, Any]) -> Resume | None:
+    def from_plan(
+        cls, container: str | None, plan: dict[str, Any], container_id: str | None = None
+    ) -> Resume | None:
         """What an interrupted run left to finish; None when it had touched nothing."""
+        stopped_at = plan.get("llm_stopped_at")
         resume = cls(
             container or plan.get("container"),
             list(plan.get("voice_paused", [])),
             # Once the start was sent, a running LLM is the one the run started.
             bool(plan.get("llm_stopped")) and not plan.get("llm_started"),
+            None if stopped_at is None or plan.get("llm_started") else float(stopped_at),
+            container_id,
         )
         return resume if resume.container or resume.voice_paused else None

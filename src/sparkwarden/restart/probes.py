@@ -13,7 +13,15 @@ from sparkwarden.restart.steps import GATEWAY_TRY, Done, RunState, log
 class Probes(RunState):
     """Prove the started engine answers: /health, one real chat, then through the gateway."""
 
+    def not_ours(self) -> Done | None:
+        """A repair does not wait on the operator's engine: voice comes back at once."""
+        if self.theirs is None:
+            return None
+        return Done(f"repair: {self.theirs}: not waited on (the daemon watches it)", skipped=True)
+
     def wait_health(self, active: ContainerState) -> Done:
+        if (skip := self.not_ours()) is not None:
+            return skip
         llm, parts = self.config.llm, self.parts
         began = parts.monotonic()
         deadline = began + llm.health_timeout
@@ -59,6 +67,8 @@ class Probes(RunState):
             parts.sleep(llm.poll_interval)
 
     def chat_probe(self) -> Done:
+        if (skip := self.not_ours()) is not None:
+            return skip
         llm, parts = self.config.llm, self.parts
         model = llm.model or parts.vllm.served_model()
         if not model:
@@ -80,6 +90,8 @@ class Probes(RunState):
     def gateway_probe(self) -> Done:
         """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
         gateway, client, parts = self.config.gateway, self.parts.gateway, self.parts
+        if (skip := self.not_ours()) is not None:
+            return skip
         if gateway is None or client is None:
             return Done("no [gateway] configured", skipped=True)
         began = parts.monotonic()

@@ -10,9 +10,10 @@ memory the driver has not returned, and a container started at once dies in it. 
 5. ``start_llm``     ``docker start`` the *same* container: same ID, same flags
 6. ``wait_health``   poll ``/health``; connection refused means "still loading"
 7. ``chat_probe``    one real chat request, because ``/health`` can be 200 over a dead engine
-8. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
+8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused; as soon
+                     as the engine answered, so voice never waits on the gateway
+9. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
                      may lag behind the engine (cooldowns, failed upstreams), never restarts it
-9. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
 sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
@@ -58,9 +59,11 @@ def restart(
     observer: Observer | None = None,
     resume: Resume | None = None,
     why: str = "",
+    target: str | None = None,
 ) -> Outcome:
     """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
-    measured) is kept with the run for ``history``."""
+    measured) is kept with the run for ``history``; ``target`` (a container ID): the only
+    container it may stop or start."""
     observer = observer or (lambda _e: None)
     try:
         run_id = parts.journal.begin_run(reason)
@@ -74,6 +77,7 @@ def restart(
     # which code ran it (an upgrade shows in history), and what the trigger measured
     parts.journal.remember(run.id, version=version(), **({"why": why} if why else {}))
     run.repairing = resume is not None
+    run.target = target
     log.info("run_started", run=run.id, reason=reason, version=version())
     error: str | None = None
     failed_step: str | None = None
@@ -95,6 +99,7 @@ def restart(
         run.step("start_llm", lambda: run.start_llm(active))
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
+        run.step("resume_voice", run.resume_voice)  # the engine answers: voice back now
         run.step("gateway_probe", run.gateway_probe)
     except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
         handed_over = True
@@ -120,7 +125,8 @@ def restart(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
     container = run.container.name if run.container else None
-    return Outcome(run.id, error is None, container, error, failed_step)
+    container_id = run.container.id if run.container else None
+    return Outcome(run.id, error is None, container, error, failed_step, container_id)
 
 
 class _Run(VoiceSteps, LlmSteps, Probes):
@@ -180,7 +186,6 @@ class _Run(VoiceSteps, LlmSteps, Probes):
         dir): the box comes first, the record after if it can be written. Returns the error."""
         try:
             self.skip_untaken()
-            self.step("resume_voice", self.resume_voice)
         except SparkwardenError as exc:
             error = f"{error}; {exc}" if error else str(exc)
         except _UNRECORDABLE as exc:
@@ -201,9 +206,13 @@ class _Run(VoiceSteps, LlmSteps, Probes):
         return error
 
     def skip_untaken(self) -> None:
-        """Record the steps a failure jumped over, so history shows the whole plan."""
-        for name in STEPS[:-1]:
-            if name not in self.taken:
+        """Record the steps a failure jumped over, so history shows the whole plan, and resume
+        voice in its place if it has not been (a failure before it, or a journal that could not
+        record its start)."""
+        for name in STEPS:
+            if name == "resume_voice" and name not in self.acted:
+                self.step(name, self.resume_voice)
+            elif name not in self.taken:
                 self.step(name, lambda: Done("not reached: an earlier step failed", skipped=True))
 
 
@@ -249,16 +258,16 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
             f"up to {llm.probe_timeout:g}s",
         ),
         (
+            "resume_voice",
+            f"{'unpause' if verb == 'pause' else 'start'} {name_list(to_quiet)}"
+            if to_quiet
+            else "nothing to resume",
+        ),
+        (
             "gateway_probe",
             f"the same request through {config.gateway.url} as {config.gateway.model!r}, "
             f"retried for up to {config.gateway.timeout:g}s"
             if config.gateway
             else "nothing: no [gateway] configured",
-        ),
-        (
-            "resume_voice",
-            f"{'unpause' if verb == 'pause' else 'start'} {name_list(to_quiet)}"
-            if to_quiet
-            else "nothing to resume",
         ),
     ]

@@ -14,8 +14,8 @@ STEPS: Final = (
     "start_llm",
     "wait_health",
     "chat_probe",
-    "gateway_probe",
     "resume_voice",
+    "gateway_probe",
 )
 #: The step-name column of ``restart``, ``restart --dry-run`` and ``history``: the longest + 1.
 NAME_WIDTH: Final = max(map(len, STEPS)) + 1

@@ -6,6 +6,7 @@ host or the engine and returns a :class:`Done` saying what it did (or raises ``S
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,12 @@ class RunState:
         self.paused: list[str] = []
         self.taken: set[str] = set()
         self.repairing = False
+        #: The one container (ID) this run may touch; None: whichever is active.
+        self.target: str | None = None
+        #: A repair found an engine up that the interrupted run did not leave so (another
+        #: candidate, a replacement, or one started after the run's stop): the operator's. It is
+        #: not stopped, started or waited on; voice comes back at once, the daemon watches it.
+        self.theirs: str | None = None
         self.llm_was_up = False
         #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
         self.stop_sent = False
@@ -153,9 +160,23 @@ class LlmSteps(RunState):
                 )
             up = any(s.up for s in states)
             active = choose_active(states, resume.container) if up else mine[0]
+            self.theirs = theirs(active, resume)
+            if not active.up and not resume.llm_stopped:
+                self.theirs = (
+                    f"{active.name} is {active.status} and the interrupted run did not stop it:"
+                    " left to the daemon's next look"
+                )
             self.stop_sent = resume.llm_stopped and active.name == resume.container
+            self.stop_sent = self.stop_sent and self.theirs is None
         else:
             active = choose_active(states, journal.last_container())
+            if self.target is not None and active.id != self.target:
+                raise StepFailed(
+                    "detect",
+                    f"{active.name} (id {active.id[:12]}, {active.status}) is not the container "
+                    f"this run was for (id {self.target[:12]}): an operator replaced it or "
+                    "started another; nothing was touched",
+                )
             self._key_accepted(active)
         self.container = active
         journal.set_container(self.id, active.name, active.id)
@@ -205,7 +226,7 @@ class LlmSteps(RunState):
         grace = engine_grace(docker.attrs(active.name))
         timeout = stop_timeout(timeout, grace)
         running = in_flight(self.parts.vllm.metrics())
-        self.parts.journal.remember(self.id, llm_stopped=True)
+        self.parts.journal.remember(self.id, llm_stopped=True, llm_stopped_at=time.time())
         self.parts.heartbeat(self._lease("stop_llm") + (grace or 0.0))
         began = self.parts.monotonic()
         docker.stop(active.name, timeout)
@@ -231,6 +252,8 @@ class LlmSteps(RunState):
         )
 
     def drop_caches(self) -> Done:
+        if self.repairing and self.theirs:
+            return Done(f"repair: {self.theirs}", skipped=True)
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
         host, mem = self.parts.host, self.config.memory
@@ -246,6 +269,9 @@ class LlmSteps(RunState):
                 "available_before_gib": round(before.available_gib, 2),
                 "available_after_gib": round(now.available_gib, 2),
                 "total_gib": round(now.total_gib, 2),
+                # the memory trend reads these: only memory nobody holds is a leak
+                "held_after_gib": None if now.held_gib is None else round(now.held_gib, 2),
+                "unheld_after_gib": None if now.unheld_gib is None else round(now.unheld_gib, 2),
                 "gate_gib": gate,
                 "drops": drops,
             }
@@ -269,9 +295,11 @@ class LlmSteps(RunState):
 
     def start_llm(self, active: ContainerState) -> Done:
         docker = self.parts.docker
+        if self.repairing and self.theirs:
+            return Done(f"repair: {self.theirs}", skipped=True)
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
-        self.parts.journal.remember(self.id, llm_started=True)
+        self.parts.journal.remember(self.id, llm_started=True, llm_started_at=time.time())
         docker.start(active.name)
         after = docker.inspect(active.name)
         if after.id != active.id:
@@ -288,6 +316,21 @@ class LlmSteps(RunState):
                 "started_at": after.started_at.isoformat() if after.started_at else None,
             },
         )
+
+
+def theirs(active: ContainerState, resume: Resume) -> str | None:
+    """Why an engine a repair finds up is the operator's, not the interrupted run's; None
+    when it is the run's own (still up, or started by the run)."""
+    if not active.up:
+        return None
+    if active.name != resume.container:
+        return f"{active.name} is another candidate, started by hand"
+    if resume.container_id and active.id != resume.container_id:
+        return f"{active.name} was replaced by hand (id {active.id[:12]})"
+    started = active.started_at.timestamp() if active.started_at else None
+    if resume.stopped_at is not None and started is not None and started > resume.stopped_at:
+        return f"{active.name} was started by hand after the run's stop"
+    return None
 
 
 def engine_grace(attrs: dict[str, Any]) -> float | None:

@@ -12,7 +12,9 @@ from typing import Any, Final, Literal, get_args
 
 from sparkwarden.restart.docker_policy import PolicyView
 
-State = Literal["starting", "idle", "draining", "restarting", "held", "gave up", "reboot required"]
+State = Literal[
+    "starting", "idle", "waiting", "draining", "restarting", "held", "gave up", "reboot required"
+]
 STATES: Final[tuple[State, ...]] = get_args(State)
 
 
@@ -24,6 +26,9 @@ class DaemonView:
     pending: str | None
     drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
     version: str = ""  # the code this daemon runs (an upgrade not restarted onto shows here)
+    #: what keeps the LLM from serving, and the command that ends the wait
+    waiting: str | None = None
+    command: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,10 @@ class MemoryView:
     available_gib: float
     total_gib: float
     below_floor: bool
+    #: of the rest, what processes and containers hold (their cgroups), and what nobody holds
+    #: (the driver's: only this counts toward reboot_required); None when unknown
+    held_gib: float | None = None
+    unheld_gib: float | None = None
 
 
 @dataclass(frozen=True)

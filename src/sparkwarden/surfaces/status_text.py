@@ -133,7 +133,11 @@ def format_text(s: dict[str, Any]) -> str:
     daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
     acc, budget, hold = s.get("acceptance", {}), s.get("budget", {}), s.get("hold")
     if daemon.get("running"):
-        head = f"running (pid {daemon.get('pid')}), {daemon.get('state')}"
+        state = daemon.get("state")
+        if daemon.get("waiting"):  # the LLM is down: what for, and what ends the wait
+            lead = "" if state == "waiting" else f"{state}, "
+            state = f"{lead}waiting for {daemon['waiting']}; ends with '{daemon.get('command')}'"
+        head = f"running (pid {daemon.get('pid')}), {state}"
     else:
         state = str(daemon.get("state") or NOT_RUNNING)
         why, _, detail = state.partition(": ")
@@ -153,7 +157,7 @@ def format_text(s: dict[str, Any]) -> str:
     if s.get("reboot_required"):
         trend = s.get("memory_trend") or {}
         after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
-        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB")
+        lines.append(f"REBOOT REQUIRED: memory nobody holds grew; free after {after} GiB")
         lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
@@ -189,6 +193,11 @@ def format_text(s: dict[str, Any]) -> str:
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"
     )
+    if mem.get("held_gib") is not None:  # held is no leak; what nobody holds may be
+        lines.append(
+            f"             held by processes and containers {mem['held_gib']:.1f} GiB, "
+            f"by nobody {mem.get('unheld_gib') or 0:.1f} GiB"
+        )
     nxt = s.get("next_restart")
     lines.append(
         f"next:        {local_time(nxt.get('at')) if nxt else '-'}"

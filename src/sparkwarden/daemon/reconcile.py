@@ -1,0 +1,192 @@
+"""Level-triggered reconciliation: what should be against what is, on every look.
+
+What should be: the LLM serving, unless an operator stopped or replaced it, the budget allows, no
+reboot is required and no hold is on. What is: the candidates as Docker shows them now, known by
+ID and ``StartedAt``, never by name. The action comes from the difference, so a Docker event that
+was missed or replayed changes nothing (events only make the next look come sooner), and a
+restart of sparkwarden loses nothing: what it must still know is in the journal
+(:class:`~sparkwarden.daemon.observe.Recorded`). Pure: no I/O, the clock is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import Identity
+from sparkwarden.daemon.decide import Decision, Mind, Waiting, want
+from sparkwarden.daemon.intents import Adopt, Intent, KeepRetry, Say
+from sparkwarden.daemon.observe import Recorded
+from sparkwarden.evidence import triggers
+
+#: How long an engine must have been down before it counts as down: ``docker rm -f`` removes
+#: the container a moment after it dies, and an operator's stop is told by the events around
+#: its exit; both have arrived by then.
+SETTLE = 2.0
+
+
+@dataclass(frozen=True)
+class World:
+    """What Docker says now: every LLM candidate there is (one removed by hand is absent), or
+    why they could not be read."""
+
+    states: tuple[ContainerState, ...]
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Want:
+    """A restart of exactly this container (its ID) for this reason."""
+
+    reason: triggers.Reason
+    why: str
+    target: str
+    said: str | None = None  # a warning logged once, when the restart becomes pending
+
+
+@dataclass(frozen=True)
+class Verdict:
+    intents: list[Intent] = field(default_factory=list)
+    want: Want | None = None
+    waiting: Waiting | None = None
+
+
+def _ts(iso: str | None) -> float | None:
+    return None if iso is None else datetime.fromisoformat(iso).timestamp()
+
+
+def blocked(b: Recorded, now: float) -> Waiting | None:
+    """What keeps every automatic restart back now, and the command that ends it."""
+    if b.hold is not None and not b.hold.over(now):
+        until = b.hold.until.astimezone().strftime("%H:%M %Z")
+        return Waiting(f"the hold to end at {until}", "sparkwarden release")
+    if b.gave_up is not None:
+        return Waiting("an operator (restart budget spent)", "sparkwarden reset")
+    if b.reboot_required is not None:
+        return Waiting("a reboot (memory leaks across restarts)", "reboot, then sparkwarden reset")
+    return None
+
+
+def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
+    """Compare the engine sparkwarden believes serves (``b.engine``) with the candidates now."""
+    if world.error:
+        return Verdict(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
+    up = [s for s in world.states if s.up]
+    if len(up) > 1:
+        names = ", ".join(s.name for s in up)
+        return Verdict(
+            waiting=Waiting(f"one LLM candidate up, not {len(up)} ({names})", "docker stop …")
+        )
+    engine = b.engine
+    if up:
+        return _up(b, up[0], now)
+    if engine is None:
+        return Verdict(
+            waiting=Waiting("an LLM container to watch (none seen serving)", "sparkwarden restart")
+        )
+    mine = next((s for s in world.states if s.id == engine.id), None)
+    if mine is None:
+        named = next((s for s in world.states if s.name == engine.name), None)
+        if named is not None:
+            what = f"{engine.name} to start (replaced by hand, {named.status})"
+        else:
+            what = f"{engine.name} to start (removed by hand)"
+        return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
+    stop = b.operator_stopped
+    if stop is not None and stop.id == mine.id:
+        return Verdict(
+            waiting=Waiting(f"{mine.name} to start (stopped by hand)", f"docker start {mine.name}")
+        )
+    finished = mine.finished_at.timestamp() if mine.finished_at else None
+    if finished is not None and now - finished < SETTLE:
+        return Verdict()  # the events around its exit say next look whose it was
+    if (held := blocked(b, now)) is not None:
+        return Verdict(waiting=held)
+    why = f"{mine.name} is {mine.status} (exit code {mine.exit_code}"
+    why += ", OOM-killed)" if mine.oom_killed else ")"
+    retry = b.retry
+    reason: triggers.Reason = "crash"
+    if retry is not None and retry.container_id in (None, mine.id):
+        reason = triggers.automatic(retry.reason) or "crash"
+        why = f"{why}; {retry.why}"
+    return Verdict(want=Want(reason, why, mine.id), waiting=_backoff(b, now, cfg, mine.name))
+
+
+def _up(b: Recorded, running: ContainerState, now: float) -> Verdict:
+    """One candidate up: adopt it when it is not the engine believed in, or owe it a retry."""
+    engine, seen = b.engine, Identity.of(running)
+    if running.restart_count > 0:
+        # Docker's restart policy brought a crashed engine back into the ghost memory, whether
+        # sparkwarden watched or not: the safe sequence must still run (any start through the
+        # API, an operator's or a run's, sets RestartCount to 0).
+        if (held := blocked(b, now)) is not None:
+            return Verdict(waiting=held)
+        why = f"{running.name} died and Docker's restart policy started it again"
+        return Verdict(want=Want("crash", why, running.id, said="died_and_restarted_by_docker"))
+    intents: list[Intent] = []
+    retry = b.retry
+    if seen != engine:
+        why = _adopt_why(engine, seen)
+        intents.append(Adopt(seen, why))
+        started = _ts(seen.started_at)
+        if retry is not None and (
+            retry.container_id != seen.id or (started is not None and started > retry.at)
+        ):
+            intents.append(KeepRetry(None))  # someone else brought it back: nothing owed
+            retry = None
+    if retry is not None and (retry.container_id or seen.id) == seen.id:
+        if (held := blocked(b, now)) is not None:
+            return Verdict(intents, waiting=held)
+        reason = triggers.automatic(retry.reason) or "crash"
+        return Verdict(intents, want=Want(reason, retry.why, seen.id))
+    return Verdict(intents)
+
+
+def _adopt_why(engine: Identity | None, seen: Identity) -> str:
+    if engine is None:
+        return f"{seen.name} is up: the engine to watch"
+    if engine.id != seen.id:
+        return f"{seen.name} (id {seen.id[:12]}) is up in place of {engine.name} ({engine.id[:12]})"
+    return f"{seen.name} was started again (StartedAt {seen.started_at})"
+
+
+def _backoff(b: Recorded, now: float, cfg: Config, name: str) -> Waiting | None:
+    spent = triggers.budget(list(b.runs), now, b.reset_at, cfg.budget)
+    if spent.not_before is None:
+        return None
+    at = datetime.fromtimestamp(spent.not_before, UTC).astimezone().strftime("%H:%M:%S")
+    return Waiting(f"a retry of {name} at {at} ({spent.why})", "sparkwarden restart")
+
+
+def apply(mind: Mind, verdict: Verdict, t: float) -> Decision:
+    """Fold a verdict into what the daemon believes: a wanted restart becomes pending (the gates
+    still let it through), and what it waits for is said once, when it changes."""
+    intents = list(verdict.intents)
+    for adopt in [i for i in intents if isinstance(i, Adopt)]:
+        mind = replace(mind, health=triggers.HealthState())  # nothing it said is known yet
+        intents.append(
+            Say(
+                "info",
+                "engine_adopted",
+                {"container": adopt.engine.name, "id": adopt.engine.id[:12], "why": adopt.why},
+            )
+        )
+    if verdict.waiting != mind.waiting and verdict.waiting is not None:
+        intents.append(
+            Say("info", "waiting", {"for": verdict.waiting.what, "ends": verdict.waiting.command})
+        )
+    mind = replace(mind, waiting=verdict.waiting)
+    wanted = verdict.want
+    if wanted is None:
+        if mind.pending is not None and mind.pending.target is not None:
+            # the engine it was for is up again, or not ours to start now: forget it
+            mind = replace(mind, pending=None)
+        return mind, intents
+    if mind.pending is not None and mind.pending.target == wanted.target:
+        return mind, intents
+    mind, more = want(mind, wanted.reason, wanted.why, t, target=wanted.target)
+    if wanted.said is not None:
+        more.insert(0, Say("warning", wanted.said, {"why": wanted.why}))
+    return mind, intents + more

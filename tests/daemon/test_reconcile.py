@@ -1,0 +1,293 @@
+"""The level-triggered reconcile over tables of (beliefs, world), with an injected clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from sparkwarden.adapters.docker_events import ContainerEvent
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.daemon import decide
+from sparkwarden.daemon import intents as do
+from sparkwarden.daemon.beliefs import GaveUp, Hold, Identity, OperatorStop, RebootRequired, Retry
+from sparkwarden.daemon.decide import Mind, Pending
+from sparkwarden.daemon.observe import EventSeen, Recorded
+from sparkwarden.daemon.reconcile import SETTLE, Verdict, World, apply, reconcile
+from sparkwarden.evidence.triggers import PastRun
+from sparkwarden.restart.journal import RunRecord
+from tests.daemon.test_decide import cfg
+
+T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+T = T0.timestamp()
+CFG = cfg(llm={"containers": ["vllm", "other"], "base_url": "http://127.0.0.1:9"})
+BOOTED = T0 - timedelta(hours=5)
+
+
+def box(
+    status: str = "running",
+    *,
+    name: str = "vllm",
+    cid: str = "A",
+    started: datetime | None = BOOTED,
+    finished_ago: float | None = 60.0,
+    restarts: int = 0,
+) -> ContainerState:
+    up = status in ("running", "paused", "restarting")
+    finished = None if up or finished_ago is None else T0 - timedelta(seconds=finished_ago)
+    return ContainerState(name, cid, status, started, finished, 137, False, restart_count=restarts)
+
+
+SERVING = Identity("vllm", "A", BOOTED.isoformat())
+
+
+def beliefs(**kw: object) -> Recorded:
+    known = Recorded(None, None, (), 0.0, None, None, [], T, engine=SERVING)
+    return replace(known, **kw)  # type: ignore[arg-type]
+
+
+def wanted(v: Verdict) -> tuple[str, str] | None:
+    return None if v.want is None else (v.want.reason, v.want.target)
+
+
+STOPPED = OperatorStop("vllm", "A", T - 60)
+HOLD = Hold(T0 + timedelta(hours=1), "maintenance")
+GAVE_UP = GaveUp("crash", "restart budget spent", T0.isoformat())
+REBOOT = RebootRequired("leak", (100.0, 90.0, 80.0), 20.0, T0.isoformat())
+FAILED_NOW = (PastRun("crash", "failed", T - 30, T - 5),)
+
+# (name, beliefs, world, wanted (reason, target) or None, command the wait ends with or None)
+TABLE = [
+    ("serving: nothing to do", beliefs(), (box(),), None, None),
+    (
+        "down, not stopped by hand: recover that ID",
+        beliefs(),
+        (box("exited"),),
+        ("crash", "A"),
+        None,
+    ),
+    (
+        "down a moment ago: the events settle first",
+        beliefs(),
+        (box("exited", finished_ago=SETTLE / 2),),
+        None,
+        None,
+    ),
+    (
+        "stopped by hand",
+        beliefs(operator_stopped=STOPPED),
+        (box("exited"),),
+        None,
+        "docker start vllm",
+    ),
+    (
+        "stopped by hand, since replaced and that one down: recover nothing of theirs",
+        beliefs(operator_stopped=STOPPED),
+        (box("exited", cid="B"),),
+        None,
+        "docker start vllm",
+    ),
+    (
+        "replaced by hand, not started",
+        beliefs(),
+        (box("created", cid="B", started=None),),
+        None,
+        "docker start vllm",
+    ),
+    (
+        "removed by hand",
+        beliefs(),
+        (box("exited", name="other", cid="C"),),
+        None,
+        "docker start vllm",
+    ),
+    ("held", beliefs(hold=HOLD), (box("exited"),), None, "sparkwarden release"),
+    (
+        "gave up: reset ends it",
+        beliefs(gave_up=GAVE_UP),
+        (box("exited"),),
+        None,
+        "sparkwarden reset",
+    ),
+    (
+        "reboot required",
+        beliefs(reboot_required=REBOOT),
+        (box("exited"),),
+        None,
+        "reboot, then sparkwarden reset",
+    ),
+    (
+        "backing off: still wanted, and said when",
+        beliefs(runs=FAILED_NOW),
+        (box("exited"),),
+        ("crash", "A"),
+        "sparkwarden restart",
+    ),
+    (
+        "a run failed only at the gateway: the engine came back, no backoff",
+        beliefs(runs=(PastRun("crash", "failed", T - 30, T - 5, "gateway_probe"),)),
+        (box("exited"),),
+        ("crash", "A"),
+        None,
+    ),
+    (
+        "a durable retry keeps its reason",
+        beliefs(retry=Retry("unhealthy", "why", "A", T - 9)),
+        (box("exited"),),
+        ("unhealthy", "A"),
+        None,
+    ),
+    (
+        "a retry owed to an engine up again (a zombie): asked again",
+        beliefs(retry=Retry("unhealthy", "chat failed", "A", T - 9)),
+        (box(),),
+        ("unhealthy", "A"),
+        None,
+    ),
+    (
+        "Docker's policy restarted it after a crash",
+        beliefs(),
+        (box(started=T0 - timedelta(seconds=5), restarts=1),),
+        ("crash", "A"),
+        None,
+    ),
+    (
+        "Docker's policy restarted it while nobody watched: still the sequence",
+        beliefs(engine=None),
+        (box(restarts=1),),
+        ("crash", "A"),
+        None,
+    ),
+    (
+        "an operator's docker start of it: adopted",
+        beliefs(),
+        (box(started=T0 - timedelta(seconds=5)),),
+        None,
+        None,
+    ),
+    (
+        "an operator's new container under the name: adopted",
+        beliefs(),
+        (box(cid="B", started=T0 - timedelta(seconds=5)),),
+        None,
+        None,
+    ),
+    (
+        "a second candidate up, the first dead: adopted, nobody restarted",
+        beliefs(),
+        (box("exited"), box(name="other", cid="C")),
+        None,
+        None,
+    ),
+    ("two candidates up", beliefs(), (box(), box(name="other", cid="C")), None, "docker stop …"),
+    (
+        "nothing believed, nothing up: wait for an operator",
+        beliefs(engine=None),
+        (box("exited"),),
+        None,
+        "sparkwarden restart",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "known", "states", "want", "command"), TABLE, ids=[row[0] for row in TABLE]
+)
+def test_reconcile_table(
+    name: str,
+    known: Recorded,
+    states: tuple[ContainerState, ...],
+    want: tuple[str, str] | None,
+    command: str | None,
+) -> None:
+    verdict = reconcile(known, World(states), T, CFG)
+    assert wanted(verdict) == want, name
+    assert (verdict.waiting.command if verdict.waiting else None) == command, name
+
+
+def test_an_engine_up_in_another_identity_is_adopted_and_a_retry_for_the_old_one_dropped() -> None:
+    known = beliefs(retry=Retry("crash", "drop_caches failed", "A", T - 30))
+    theirs = box(cid="B", started=T0 - timedelta(seconds=5))
+    verdict = reconcile(known, World((theirs,)), T, CFG)
+    adopted = [i for i in verdict.intents if isinstance(i, do.Adopt)]
+    assert adopted and adopted[0].engine == Identity.of(theirs)
+    assert do.KeepRetry(None) in verdict.intents and verdict.want is None
+
+
+def test_a_run_s_own_start_keeps_the_retry_it_owes() -> None:
+    """The failed run started A before it ended: its retry stands (a zombie engine)."""
+    ours = box(started=datetime.fromtimestamp(T - 40, UTC))
+    known = beliefs(retry=Retry("unhealthy", "chat failed", "A", T - 30))
+    verdict = reconcile(known, World((ours,)), T, CFG)
+    assert do.KeepRetry(None) not in verdict.intents
+    assert wanted(verdict) == ("unhealthy", "A")
+    # started by hand after the failed run: nothing owed
+    later = box(started=datetime.fromtimestamp(T - 10, UTC))
+    verdict = reconcile(known, World((later,)), T, CFG)
+    assert do.KeepRetry(None) in verdict.intents and verdict.want is None
+
+
+def test_a_reset_means_the_next_look_recovers() -> None:
+    down = World((box("exited"),))
+    assert reconcile(beliefs(gave_up=GAVE_UP), down, T, CFG).want is None
+    assert wanted(reconcile(beliefs(), down, T + 1, CFG)) == ("crash", "A")
+
+
+def test_docker_unreadable_is_waited_for() -> None:
+    verdict = reconcile(beliefs(), World((), "connection refused"), T, CFG)
+    assert verdict.want is None and verdict.waiting is not None
+    assert "connection refused" in verdict.waiting.what
+
+
+def test_apply_makes_a_want_pending_once_and_says_a_wait_once() -> None:
+    verdict = reconcile(beliefs(), World((box("exited"),)), T, CFG)
+    mind, said = apply(Mind(), verdict, T)
+    assert mind.pending == Pending("crash", mind.pending.why if mind.pending else "", T, target="A")
+    again, said = apply(mind, verdict, T + 1)
+    assert again.pending == mind.pending and said == []
+    # the engine is back (an operator's start): the pending restart is forgotten
+    back = reconcile(beliefs(), World((box(started=T0),)), T + 2, CFG)
+    mind, _ = apply(again, back, T + 2)
+    assert mind.pending is None
+    waiting = reconcile(beliefs(gave_up=GAVE_UP), World((box("exited"),)), T, CFG)
+    mind, said = apply(Mind(), waiting, T)
+    assert [i.event for i in said if isinstance(i, do.Say)] == ["waiting"]
+    _, said = apply(mind, waiting, T + 1)
+    assert said == []
+
+
+def run_record(result: str, started: float, ended: float | None, **plan: float) -> RunRecord:
+    return RunRecord(1, "manual", result, started, ended, "vllm", "A", None, 1, dict(plan))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("runs", "t", "theirs"),
+    [
+        ((run_record("ok", T, T + 60),), T + 30, False),  # within a finished run: ours
+        ((run_record("ok", T, T + 60),), T + 61, True),
+        # cut short by a kill: its docker stop goes on for the stop window, no longer
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 20, False),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 300, True),
+        ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), T + 203, False),
+        ((), T, True),
+    ],
+)
+def test_a_runs_own_stop_and_start_are_told_by_its_journal_window(
+    runs: tuple[RunRecord, ...], t: float, theirs: bool
+) -> None:
+    assert decide.ours("vllm", t, runs, stop_window=25.0) is not theirs
+    assert not decide.ours("other", t, runs, stop_window=25.0)
+
+
+def test_an_event_in_a_runs_window_is_not_an_operators_stop() -> None:
+    kill = EventSeen(ContainerEvent("vllm", "kill", T + 6, signal="15", id="A"))
+    die = EventSeen(ContainerEvent("vllm", "die", T + 8, exit_code=0, id="A"))
+    runs = (run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),)
+    mind, said = decide.on_event(Mind(), kill, CFG, runs)
+    mind, said = decide.on_event(mind, die, CFG, runs)
+    assert said == [do.EventsSeen(T + 8)]
+    # the same stop with no run behind it: the operator's, kept in the journal by ID
+    mind, said = decide.on_event(Mind(), kill, CFG)
+    _, said = decide.on_event(mind, die, CFG)
+    assert do.NoteOperatorStop(OperatorStop("vllm", "A", T + 8)) in said

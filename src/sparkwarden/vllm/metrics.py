@@ -85,7 +85,7 @@ class EngineMetrics:
     #: 2 weights discarded, 0 only the KV cache released; None while awake
     sleeping: bool = False
     sleep_level: int | None = None
-    #: turned away by queue limits, by reason (0.33 on; empty when not exported)
+    #: turned away by queue limits, by reason (0.33.0 on; empty when not exported)
     rejections: dict[str, float] = field(default_factory=dict)
     waiting_by_reason: dict[str, float] = field(default_factory=dict)
 

@@ -33,6 +33,7 @@ from sparkwarden.surfaces.snapshot import (
     NextRestart,
     Snapshot,
     State,
+    engine_view,
 )
 
 log = logs.get("sparkwarden.daemon")
@@ -159,6 +160,7 @@ def build(
             if cfg.gateway
             else None
         ),
+        engine=engine_view(observer.release, observer.last_scrape.engine),
     )
 
 

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from sparkwarden.adapters.host import GIB
 from sparkwarden.restart.journal import RunResult
 from sparkwarden.restart.sequence import STEPS
-from sparkwarden.surfaces.snapshot import STATES, Snapshot
+from sparkwarden.surfaces.snapshot import STATES, EngineView, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
 
@@ -136,6 +136,7 @@ class SnapshotCollector(Collector):
             "(llm.restart_policy = leave, or a take-over that failed)",
             float(len(s.restart_policy.at_risk)),
         )
+        yield from engine_families(s.engine)
         yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)
         )
@@ -170,6 +171,42 @@ class SnapshotCollector(Collector):
                 if step["name"] in STEPS and step["duration_s"] is not None:
                     steps.add_metric([step["name"]], float(step["duration_s"]))
             yield steps
+
+
+def engine_families(engine: EngineView | None) -> Iterator[Any]:
+    """What the engine says of itself, passed on: its release, sleep, and the users its queue
+    limits turned away (vLLM's own counter: it starts again at 0 with the engine)."""
+    if engine is None:
+        return
+    if engine.release:
+        info = GaugeMetricFamily(
+            "sparkwarden_engine_info",
+            "The vLLM release answering (GET /version)",
+            labels=["release"],
+        )
+        info.add_metric([engine.release], 1.0)
+        yield info
+    yield gauge(
+        "sparkwarden_engine_sleeping",
+        "1 while the engine is put to sleep (vllm:engine_sleep_state): not restarted",
+        1.0 if engine.sleeping else 0.0,
+    )
+    refused = CounterMetricFamily(
+        "sparkwarden_engine_admission_rejections",
+        "Requests the engine's queue limits turned away with 503, by reason (vLLM 0.33 on)",
+        labels=["reason"],
+    )
+    for reason, count in engine.rejections.items():
+        refused.add_metric([reason], count)
+    yield refused
+    waiting = GaugeMetricFamily(
+        "sparkwarden_engine_requests_waiting",
+        "Requests waiting in the engine, by reason (capacity, deferred)",
+        labels=["reason"],
+    )
+    for reason, count in engine.waiting_by_reason.items():
+        waiting.add_metric([reason], count)
+    yield waiting
 
 
 def last_finished_ok(run_counts: list[dict[str, Any]]) -> float | None:

@@ -6,10 +6,17 @@ with requests running and vLLM's --shutdown-timeout lets them finish). Two probe
 engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
 (a handful of clients).
 
-    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3]
+The stand-in drains as vLLM 0.33 does: while the running requests finish, a request arriving is
+answered at once with HTTP 200, no token and ``finish_reason`` "abort"; users see it through the
+gateway as an empty answer (``empty``, with the finish reason LiteLLM passes on). With
+``--shutdown-timeout 0`` nothing is answered so, but the running requests are cut.
+
+    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3] [--shutdown-timeout 30]
+        [--think 1]
 
 Targets: 0 requests cut mid-generation; requests refused while down fail in a median <= 1 s;
-the users' path is down at most the engine's downtime + 5 s.
+the users' path is down at most the engine's downtime + 5 s; empty answers are counted, per
+restart, with what the user saw (no target: they are the price of not cutting).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=3, help="users streaming (3)")
     parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--token-delay", type=float, default=0.05)
+    parser.add_argument(
+        "--think", type=float, default=1.0, help="users pause 0..THINK s between answers (1)"
+    )
     parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
+    parser.add_argument(
+        "--shutdown-timeout", type=float, default=30.0, help="vLLM's, on the stand-in (30)"
+    )
 
 
 class Prober:
@@ -98,7 +112,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     with users_path(work, engine_port, MODEL) as (_nginx, litellm):
         llm, port = bench.stage.llm(
             "gateway-llm",
-            *("--token-delay", str(args.token_delay), "--shutdown-timeout", "30"),
+            *("--token-delay", str(args.token_delay)),
+            *("--shutdown-timeout", f"{args.shutdown_timeout:g}"),
             port=engine_port,
         )
         wait_healthy(port)
@@ -113,7 +128,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             drain={"quiet": "30s", "deadline": "3s"},
             budget={"max_runs": args.restarts},
         )
-        load = StreamingLoad(litellm.url, args.clients, args.max_tokens).start()
+        load = StreamingLoad(litellm.url, args.clients, args.max_tokens, args.think).start()
         engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL).start()
         users = Prober(VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY), ALIAS).start()
         try:
@@ -133,8 +148,14 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         runs = _finished(config)
     stops = [{s["name"]: s for s in r["steps"]}["stop_llm"]["detail"] for r in runs]
     refused = [r.seconds for r in results if r.kind == "refused"]
+    empty = [r for r in results if r.kind == "empty"]
     engine_out, users_out = outages(engine_seen), outages(users_seen)
     return {
+        "shutdown_timeout": args.shutdown_timeout,
+        "empty": len(empty),
+        "empty_finish_reasons": sorted({r.finish for r in empty}),
+        "empty_per_restart": per_restart(empty, runs),
+        "stop_seconds": [s.get("seconds") for s in stops],
         "runs": [(r["reason"], r["result"]) for r in runs],
         "requests": len(results),
         "complete": sum(r.kind == "complete" for r in results),
@@ -149,6 +170,17 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def per_restart(answers: list[Any], runs: list[dict[str, Any]]) -> list[int]:
+    """How many ``answers`` began during each run's stop (the engine's drain)."""
+    counts = []
+    for run in runs:
+        stop = {s["name"]: s for s in run["steps"]}["stop_llm"]
+        began = datetime.fromisoformat(stop["started_at"]).timestamp()
+        ended = began + float(stop["duration_s"] or 0.0)
+        counts.append(sum(began - 1 <= a.wall <= ended + 1 for a in answers))
+    return counts
+
+
 def _finished(config: Path) -> list[dict[str, Any]]:
     return [r for r in history(config) if r["result"] != "running"]
 
@@ -158,7 +190,16 @@ def lines(r: dict[str, Any]) -> list[Line]:
     worst = max(extra) if extra else float("nan")
     engine = statistics.median(r["engine_down_s"]) if r["engine_down_s"] else float("nan")
     users = statistics.median(r["users_down_s"]) if r["users_down_s"] else float("nan")
+    per = r["empty_per_restart"]
     return [
+        Line(
+            "empty answers (HTTP 200, no token) per planned restart, while vLLM drains",
+            statistics.median(per) if per else float("nan"),
+            f"{per}; users saw finish_reason {r['empty_finish_reasons']}; "
+            f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s",
+            "counted",
+            True,
+        ),
         Line(
             f"requests cut mid-generation by {len(r['runs'])} planned restarts",
             r["cut"],

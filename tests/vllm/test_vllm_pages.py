@@ -197,3 +197,11 @@ def test_queue_limits_and_why_requests_wait(version: str) -> None:
         if version != "0.33.0"
         else dict.fromkeys(("max_num_queued_reqs", "max_num_queued_tokens"), 0.0)
     )
+
+
+def test_the_per_request_payload_is_the_same_from_0_29_0() -> None:
+    """``--per-request-spec-decode-metrics`` came in 0.29.0 (vllm#48915), not 0.33: its payload,
+    made by each release's own classes for the same steps, is the same in both."""
+    payloads = [(PAGES / v / "spec-decode-metrics.json").read_text() for v in ("0.29.0", "0.33.0")]
+    assert payloads[0] == payloads[1]
+    assert not (PAGES / "0.28.0" / "spec-decode-metrics.json").exists()

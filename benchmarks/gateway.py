@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Bench, Line, main_one
 from devtools.standin.stage import free_port, wait_healthy
-from sparkwarden.vllm.client import VllmClient
+from sparkwarden.vllm.client import ABORTED, EMPTY, VllmClient
 from tests.kits.commands import history
 from tests.kits.daemonkit import wait_for
 from tests.kits.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
@@ -59,18 +59,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class Prober:
-    """One short chat request every ``every`` seconds; records (when, answered)."""
+    """One short chat request every ``every`` seconds; records (when, answered), and the wall
+    clock times of the answers that were empty (vLLM's "abort" while it drains)."""
 
     def __init__(self, client: VllmClient, model: str, every: float = 0.1) -> None:
         self.client, self.model, self.every = client, model, every
         self.seen: list[tuple[float, bool]] = []
+        self.empty: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t = time.monotonic()
-            self.seen.append((t, self.client.chat(self.model, timeout=10).ok))
+            t, wall = time.monotonic(), time.time()
+            outcome = self.client.chat(self.model, timeout=10)
+            self.seen.append((t, outcome.ok))
+            if ABORTED in outcome.detail or EMPTY in outcome.detail:
+                self.empty.append(wall)
             self._stop.wait(self.every)
 
     def start(self) -> Prober:
@@ -154,7 +159,11 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "shutdown_timeout": args.shutdown_timeout,
         "empty": len(empty),
         "empty_finish_reasons": sorted({r.finish for r in empty}),
-        "empty_per_restart": per_restart(empty, runs),
+        "empty_per_restart": per_restart([r.wall for r in empty], runs),
+        "prober_empty_per_restart": {
+            "engine": per_restart(engine.empty, runs),
+            "gateway": per_restart(users.empty, runs),
+        },
         "stop_seconds": [s.get("seconds") for s in stops],
         "runs": [(r["reason"], r["result"]) for r in runs],
         "requests": len(results),
@@ -170,14 +179,14 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def per_restart(answers: list[Any], runs: list[dict[str, Any]]) -> list[int]:
-    """How many ``answers`` began during each run's stop (the engine's drain)."""
+def per_restart(answers: list[float], runs: list[dict[str, Any]]) -> list[int]:
+    """How many answers (their wall-clock start) began during each run's stop (vLLM drains)."""
     counts = []
     for run in runs:
         stop = {s["name"]: s for s in run["steps"]}["stop_llm"]
         began = datetime.fromisoformat(stop["started_at"]).timestamp()
         ended = began + float(stop["duration_s"] or 0.0)
-        counts.append(sum(began - 1 <= a.wall <= ended + 1 for a in answers))
+        counts.append(sum(began - 1 <= wall <= ended + 1 for wall in answers))
     return counts
 
 
@@ -196,7 +205,8 @@ def lines(r: dict[str, Any]) -> list[Line]:
             "empty answers (HTTP 200, no token) per planned restart, while vLLM drains",
             statistics.median(per) if per else float("nan"),
             f"{per}; users saw finish_reason {r['empty_finish_reasons']}; "
-            f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s",
+            f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s; "
+            f"a chat every 0.1 s got {r['prober_empty_per_restart']}",
             "counted",
             True,
         ),

@@ -207,3 +207,11 @@ def test_a_method_without_a_draft_model_has_no_scratch_and_a_clash_is_an_error()
     assert few["drafter-scratch"].severity == "info"  # 0.6 + 4 x 0.0125 = 0.65: room left
     clash = checks(attrs("vllm", "serve", "m", "-sc", SPEC, "--spec-tokens", "3"))
     assert clash["speculative-flags"].severity == "error"
+
+
+def test_a_drain_says_what_new_requests_get_meanwhile() -> None:
+    found = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "300", stop=400))
+    assert found["drain-answers"].severity == "info"
+    assert "empty answer" in found["drain-answers"].message
+    assert "'abort'" in found["drain-answers"].message
+    assert "drain-answers" not in checks(attrs("vllm", "serve", "m"))  # 0: nothing answered so

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -191,22 +191,31 @@ def engine_families(engine: EngineView | None) -> Iterator[Any]:
         "1 while the engine is put to sleep (vllm:engine_sleep_state): not restarted",
         1.0 if engine.sleeping else 0.0,
     )
-    refused = CounterMetricFamily(
-        "sparkwarden_engine_admission_rejections",
-        "Requests the engine's queue limits turned away with 503, by reason (vLLM 0.33 on)",
-        labels=["reason"],
+    yield by_reason(
+        CounterMetricFamily(
+            "sparkwarden_engine_admission_rejections",
+            "Requests the engine's queue limits turned away with 503, by reason (vLLM 0.33.0 on)",
+            labels=["reason"],
+        ),
+        engine.rejections,
     )
-    for reason, count in engine.rejections.items():
-        refused.add_metric([reason], count)
-    yield refused
-    waiting = GaugeMetricFamily(
-        "sparkwarden_engine_requests_waiting",
-        "Requests waiting in the engine, by reason (capacity, deferred)",
-        labels=["reason"],
+    yield by_reason(
+        GaugeMetricFamily(
+            "sparkwarden_engine_requests_waiting",
+            "Requests waiting in the engine, by reason (capacity, deferred)",
+            labels=["reason"],
+        ),
+        engine.waiting_by_reason,
     )
-    for reason, count in engine.waiting_by_reason.items():
-        waiting.add_metric([reason], count)
-    yield waiting
+
+
+Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def by_reason(family: Family, counts: dict[str, float]) -> Family:
+    for reason, count in counts.items():
+        family.add_metric([reason], count)
+    return family
 
 
 def last_finished_ok(run_counts: list[dict[str, Any]]) -> float | None:

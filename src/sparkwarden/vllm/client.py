@@ -135,7 +135,7 @@ def interpret_chat(status_code: int, text: str) -> ChatOutcome:
 
 def release_named(payload: object) -> str | None:
     """The release from ``GET /version`` (``{"version": "0.33.0"}`` in every release read,
-    0.12.0 to 0.33.0); None when the answer is not that."""
+    0.10.2 to 0.33.0); None when the answer is not that."""
     if isinstance(payload, dict) and isinstance(payload.get("version"), str):
         return str(payload["version"])[:64]
     return None

@@ -356,11 +356,23 @@ def _shutdown(
     if drain <= 0:
         return []
     need = drain + SHUTDOWN_MARGIN
+    found = [
+        Finding(
+            "info",
+            name,
+            "drain-answers",
+            f"--shutdown-timeout {drain:g}: while vLLM lets running requests finish after "
+            "SIGTERM, a new request gets an empty answer at once (HTTP 200, finish_reason "
+            "'abort'; through LiteLLM: 'stop'), not an error (vllm/v1/engine/core.py "
+            "_reject_add_in_shutdown)",
+            "none: the price of not cutting running requests; sparkwarden's drain waits for "
+            "quiet first, and vLLM's lasts only as long as the longest running request",
+        )
+    ]
     why = (
         f"is shorter than --shutdown-timeout {drain:g}s plus {SHUTDOWN_MARGIN:g}s of teardown: "
         "the stop SIGKILLs vLLM while it lets running requests finish"
     )
-    found = []
     if stop_timeout is not None and stop_timeout < need:
         found.append(  # the sequence stops with the longer timeout itself: only said
             Finding(

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-delay", type=float, default=0.05)
     parser.add_argument(
         "--think", type=float, default=1.0, help="users pause 0..THINK s between answers (1)"
+    )
+    parser.add_argument(
+        "--probe-every", type=float, default=0.1, help="each prober's chat interval, s (0.1)"
     )
     parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
     parser.add_argument(
@@ -134,8 +138,9 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             budget={"max_runs": args.restarts},
         )
         load = StreamingLoad(litellm.url, args.clients, args.max_tokens, args.think).start()
-        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL).start()
-        users = Prober(VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY), ALIAS).start()
+        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL, args.probe_every).start()
+        gateway = VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY)
+        users = Prober(gateway, ALIAS, args.probe_every).start()
         try:
             wait_for("steady load", lambda: load.count("complete") >= args.clients, 60)
             daemon = bench.daemon(config)
@@ -157,6 +162,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     engine_out, users_out = outages(engine_seen), outages(users_seen)
     return {
         "shutdown_timeout": args.shutdown_timeout,
+        "probe_every": args.probe_every,
         "empty": len(empty),
         "empty_finish_reasons": sorted({r.finish for r in empty}),
         "empty_per_restart": per_restart([r.wall for r in empty], runs),
@@ -171,6 +177,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "cut": sum(r.kind == "cut" for r in results),
         "running_at_stop": [s.get("running_at_stop") for s in stops],
         "refused": len(refused),
+        "refused_said": dict(Counter(r.detail[:60] for r in results if r.kind == "refused")),
         "refused_median_s": statistics.median(refused) if refused else None,
         "refused_max_s": max(refused) if refused else None,
         "engine_down_s": [round(length, 2) for _, length in engine_out],
@@ -206,7 +213,7 @@ def lines(r: dict[str, Any]) -> list[Line]:
             statistics.median(per) if per else float("nan"),
             f"{per}; users saw finish_reason {r['empty_finish_reasons']}; "
             f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s; "
-            f"a chat every 0.1 s got {r['prober_empty_per_restart']}",
+            f"a chat every {r['probe_every']:g} s got {r['prober_empty_per_restart']}",
             "counted",
             True,
         ),

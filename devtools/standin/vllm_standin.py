@@ -430,7 +430,7 @@ class Request:
 
 
 class Drafting:
-    """A request's own spec-decode stats, as vLLM 0.33's ``RequestSpecDecodeMetrics``
+    """A request's own spec-decode stats, as vLLM's ``RequestSpecDecodeMetrics`` (0.29.0 on)
     (vllm/v1/metrics/stats.py): a dense histogram of accepted draft tokens per verify step
     (index j: steps that accepted exactly j, bonus token excluded, length K+1) and the draft
     tokens proposed; per-step lists kept for ``detailed``."""
@@ -478,7 +478,7 @@ class Drafting:
 def per_request_metrics(
     drafting: Drafting | None, level: str, n: object, stream: bool
 ) -> dict[str, object] | None:
-    """The response's ``metrics`` (vLLM 0.33 ``PerRequestMetrics``, timing off): None when
+    """The response's ``metrics`` (vLLM 0.29.0 on ``PerRequestMetrics``, timing off): None when
     off, for ``n > 1`` (the stats are one sequence's of n), or without drafting."""
     if level == "none" or n != 1 or drafting is None:
         return None
@@ -1073,7 +1073,7 @@ def vllm_spelling(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.per_request_spec_decode_metrics != "none" and not args.spec_decode:
-        raise SystemExit(  # vLLM 0.33's VllmConfig refuses to start, with these words
+        raise SystemExit(  # vLLM's VllmConfig (0.29.0 on) refuses to start, with these words
             "ValueError: --per-request-spec-decode-metrics requires speculative decoding "
             "to be enabled (via --speculative-config)."
         )

@@ -283,11 +283,12 @@ def test_while_vllm_drains_a_user_through_the_gateway_gets_an_empty_answer(
     wait_healthy(port)
     engine = f"http://127.0.0.1:{port}"
     long = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 400}
-    running = threading.Thread(  # 20 s of tokens: the drain lasts that long
+    long["stream"] = True
+    generating = threading.Thread(  # 20 s of tokens: the drain lasts that long
         target=lambda: httpx.post(f"{engine}/v1/chat/completions", json=long, timeout=120),
         daemon=True,
     )
-    running.start()
+    generating.start()
     wait_for("a request in flight", lambda: running(port) >= 1, timeout=10)
     stopping = threading.Thread(target=lambda: stage.client.containers.get(llm).stop(timeout=90))
     stopping.start()
@@ -303,7 +304,7 @@ def test_while_vllm_drains_a_user_through_the_gateway_gets_an_empty_answer(
         direct.close()
     finally:
         stopping.join(timeout=120)
-        running.join(timeout=60)
+        generating.join(timeout=60)
     assert seen.kind == "empty" and seen.finish == "stop" and not seen.detail, seen
     assert not probe.ok and EMPTY in probe.detail
     assert not said.ok and "finish_reason is 'abort'" in said.detail

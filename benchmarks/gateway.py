@@ -6,10 +6,17 @@ with requests running and vLLM's --shutdown-timeout lets them finish). Two probe
 engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
 (a handful of clients).
 
-    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3]
+The stand-in drains as vLLM 0.33 does: while the running requests finish, a request arriving is
+answered at once with HTTP 200, no token and ``finish_reason`` "abort"; users see it through the
+gateway as an empty answer (``empty``, with the finish reason LiteLLM passes on). With
+``--shutdown-timeout 0`` nothing is answered so, but the running requests are cut.
+
+    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3] [--shutdown-timeout 30]
+        [--think 1]
 
 Targets: 0 requests cut mid-generation; requests refused while down fail in a median <= 1 s;
-the users' path is down at most the engine's downtime + 5 s.
+the users' path is down at most the engine's downtime + 5 s; empty answers are counted, per
+restart, with what the user saw (no target: they are the price of not cutting).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +37,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import Bench, Line, main_one
 from devtools.standin.stage import free_port, wait_healthy
-from sparkwarden.vllm.client import VllmClient
+from sparkwarden.vllm.client import ABORTED, EMPTY, VllmClient
 from tests.kits.commands import history
 from tests.kits.daemonkit import wait_for
 from tests.kits.gatewaykit import ALIAS, MASTER_KEY, StreamingLoad, users_path
@@ -41,22 +50,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=3, help="users streaming (3)")
     parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--token-delay", type=float, default=0.05)
+    parser.add_argument(
+        "--think", type=float, default=1.0, help="users pause 0..THINK s between answers (1)"
+    )
+    parser.add_argument(
+        "--probe-every", type=float, default=0.1, help="each prober's chat interval, s (0.1)"
+    )
     parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
+    parser.add_argument(
+        "--shutdown-timeout", type=float, default=30.0, help="vLLM's, on the stand-in (30)"
+    )
 
 
 class Prober:
-    """One short chat request every ``every`` seconds; records (when, answered)."""
+    """One short chat request every ``every`` seconds; records (when, answered), and the wall
+    clock times of the answers that were empty (vLLM's "abort" while it drains)."""
 
     def __init__(self, client: VllmClient, model: str, every: float = 0.1) -> None:
         self.client, self.model, self.every = client, model, every
         self.seen: list[tuple[float, bool]] = []
+        self.empty: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t = time.monotonic()
-            self.seen.append((t, self.client.chat(self.model, timeout=10).ok))
+            t, wall = time.monotonic(), time.time()
+            outcome = self.client.chat(self.model, timeout=10)
+            self.seen.append((t, outcome.ok))
+            if ABORTED in outcome.detail or EMPTY in outcome.detail:
+                self.empty.append(wall)
             self._stop.wait(self.every)
 
     def start(self) -> Prober:
@@ -98,7 +121,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     with users_path(work, engine_port, MODEL) as (_nginx, litellm):
         llm, port = bench.stage.llm(
             "gateway-llm",
-            *("--token-delay", str(args.token_delay), "--shutdown-timeout", "30"),
+            *("--token-delay", str(args.token_delay)),
+            *("--shutdown-timeout", f"{args.shutdown_timeout:g}"),
             port=engine_port,
         )
         wait_healthy(port)
@@ -113,9 +137,10 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             drain={"quiet": "30s", "deadline": "3s"},
             budget={"max_runs": args.restarts},
         )
-        load = StreamingLoad(litellm.url, args.clients, args.max_tokens).start()
-        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL).start()
-        users = Prober(VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY), ALIAS).start()
+        load = StreamingLoad(litellm.url, args.clients, args.max_tokens, args.think).start()
+        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL, args.probe_every).start()
+        gateway = VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY)
+        users = Prober(gateway, ALIAS, args.probe_every).start()
         try:
             wait_for("steady load", lambda: load.count("complete") >= args.clients, 60)
             daemon = bench.daemon(config)
@@ -133,20 +158,43 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         runs = _finished(config)
     stops = [{s["name"]: s for s in r["steps"]}["stop_llm"]["detail"] for r in runs]
     refused = [r.seconds for r in results if r.kind == "refused"]
+    empty = [r for r in results if r.kind == "empty"]
     engine_out, users_out = outages(engine_seen), outages(users_seen)
     return {
+        "shutdown_timeout": args.shutdown_timeout,
+        "probe_every": args.probe_every,
+        "empty": len(empty),
+        "empty_finish_reasons": sorted({r.finish for r in empty}),
+        "empty_per_restart": per_restart([r.wall for r in empty], runs),
+        "prober_empty_per_restart": {
+            "engine": per_restart(engine.empty, runs),
+            "gateway": per_restart(users.empty, runs),
+        },
+        "stop_seconds": [s.get("seconds") for s in stops],
         "runs": [(r["reason"], r["result"]) for r in runs],
         "requests": len(results),
         "complete": sum(r.kind == "complete" for r in results),
         "cut": sum(r.kind == "cut" for r in results),
         "running_at_stop": [s.get("running_at_stop") for s in stops],
         "refused": len(refused),
+        "refused_said": dict(Counter(r.detail[:60] for r in results if r.kind == "refused")),
         "refused_median_s": statistics.median(refused) if refused else None,
         "refused_max_s": max(refused) if refused else None,
         "engine_down_s": [round(length, 2) for _, length in engine_out],
         "users_down_s": [round(length, 2) for _, length in users_out],
         "users_minus_engine_s": [round(x, 2) for x in paired(engine_out, users_out)],
     }
+
+
+def per_restart(answers: list[float], runs: list[dict[str, Any]]) -> list[int]:
+    """How many answers (their wall-clock start) began during each run's stop (vLLM drains)."""
+    counts = []
+    for run in runs:
+        stop = {s["name"]: s for s in run["steps"]}["stop_llm"]
+        began = datetime.fromisoformat(stop["started_at"]).timestamp()
+        ended = began + float(stop["duration_s"] or 0.0)
+        counts.append(sum(began - 1 <= wall <= ended + 1 for wall in answers))
+    return counts
 
 
 def _finished(config: Path) -> list[dict[str, Any]]:
@@ -158,7 +206,17 @@ def lines(r: dict[str, Any]) -> list[Line]:
     worst = max(extra) if extra else float("nan")
     engine = statistics.median(r["engine_down_s"]) if r["engine_down_s"] else float("nan")
     users = statistics.median(r["users_down_s"]) if r["users_down_s"] else float("nan")
+    per = r["empty_per_restart"]
     return [
+        Line(
+            "empty answers (HTTP 200, no token) per planned restart, while vLLM drains",
+            statistics.median(per) if per else float("nan"),
+            f"{per}; users saw finish_reason {r['empty_finish_reasons']}; "
+            f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s; "
+            f"a chat every {r['probe_every']:g} s got {r['prober_empty_per_restart']}",
+            "counted",
+            True,
+        ),
         Line(
             f"requests cut mid-generation by {len(r['runs'])} planned restarts",
             r["cut"],

@@ -1,10 +1,11 @@
 """Make ``/metrics`` test pages with the metric classes of released vLLM versions.
 
-    .venv/bin/python scripts/vllm_pages.py [--versions 0.10.2 0.12.0 0.33.0] [--out DIR]
+    .venv/bin/python scripts/vllm_pages.py [--versions 0.28.0 0.29.0 ...] [--out DIR] [--cache DIR]
 
 For each version: ``pip download vllm==X --no-deps`` (the wheel, ~400 MB, kept in a cache
 directory), extract only the metric-logger modules (``vllm/v1/metrics/{loggers,stats,prometheus,
-utils,buckets,cache_hit_source}.py`` and ``vllm/v1/spec_decode/metrics.py``), then, in a fresh
+utils,buckets,cache_hit_source}.py``, ``vllm/v1/spec_decode/metrics.py`` and, from 0.27,
+``vllm/parser/metrics.py``), then, in a fresh
 process per page, build vLLM's own ``PrometheusStatLogger``, feed it ``SchedulerStats``,
 ``IterationStats`` and ``SpecDecodingStats`` (vLLM's classes: ``observe_draft`` counts per
 position exactly as the scheduler does) and write what ``prometheus_client`` exposes.
@@ -15,7 +16,7 @@ What is stubbed, and why: every other ``vllm.*`` module (``vllm.config``, ``vllm
 which adds a series sparkwarden reads (perf's MFU series are off unless asked for); ``VllmConfig``
 is a plain object answering only what the loggers read; ``FinishReason`` is rebuilt from the
 wheel's ``FINISH_REASON_STRINGS`` (read, not imported); ``numpy`` (used only by the log-line
-formatter) when absent.
+formatter) when absent; ``regex`` (0.29's protocol module imports it; ``re`` serves) when absent.
 
 Pages (``tests/fixtures/vllm/<version>/``): ``k1``, ``k5``, ``k15`` (one engine),
 ``two-engines`` (K=5; 0.10.2 refuses spec decoding with two engines, so its page has none),
@@ -24,10 +25,16 @@ Pages (``tests/fixtures/vllm/<version>/``): ``k1``, ``k5``, ``k15`` (one engine)
 ``trimmed`` (K=5, the drafter of ``k5``, but half the drafts are cut to 2 tokens,
 as the scheduler does under a token budget or near ``max_model_len``), ``trimmed-light`` (8 %
 of the drafts cut to 2), and both again with half the drafts spoilt (``...-decayed``).
+Where a release has them: ``tool-parser`` (``--disable-log-stats`` with ``--tool-call-parser``:
+the API server's ``vllm:tool_call_parser_invocations_total`` and nothing of the stat logger; 0.27
+on), ``sleeping`` (``k5`` after ``/sleep?level=1``: ``vllm:engine_sleep_state`` awake 0; 0.12 on)
+and ``queue-limits`` (``k5`` with 2 requests deferred, ``num_requests_waiting_by_reason``, 0.27
+on, and 3 + 1 requests refused by ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``,
+``admission_rejections_total``, 0.33).
 Deterministic: a seeded RNG, and process figures, pids and creation times pinned.
 
-Per-request spec-decode metrics (``--per-request-spec-decode-metrics``, new in 0.33; 0.12.0 and
-0.10.2 have neither the flag nor the classes): ``spec-decode-metrics.json`` holds, for a known
+Per-request spec-decode metrics (``--per-request-spec-decode-metrics``, 0.29.0 on; 0.28.0, 0.12.0
+and 0.10.2 have neither the flag nor the classes): ``spec-decode-metrics.json`` holds, for a known
 sequence of verify steps (``STEPS``: K=5, some drafts trimmed to 2), what vLLM's own
 ``RequestSpecDecodeMetrics`` (``vllm/v1/metrics/stats.py``; ``observe`` once per step, as the
 scheduler does) gives through its own ``SpeculativeDecodingMetrics`` and ``PerRequestMetrics``
@@ -58,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ("0.10.2", "0.12.0", "0.33.0")
+VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0")
 REAL = (
     "vllm/v1/metrics/loggers.py",
     "vllm/v1/metrics/stats.py",
@@ -69,6 +76,7 @@ REAL = (
     "vllm/v1/spec_decode/metrics.py",
     "vllm/entrypoints/generate/base/protocol.py",  # 0.33: the per-request metrics' models
     "vllm/entrypoints/serve/engine/protocol.py",
+    "vllm/parser/metrics.py",  # 0.27 on: the tool-call parser's counter (--tool-call-parser)
 )
 #: page name -> (K, engines, multiprocess, trimmed share, spoilt share); K=0: no spec decoding
 PAGES: dict[str, tuple[int, int, bool, float, float]] = {
@@ -82,7 +90,18 @@ PAGES: dict[str, tuple[int, int, bool, float, float]] = {
     "trimmed-decayed": (5, 1, False, 0.5, 0.5),
     "trimmed-light": (5, 1, False, 0.08, 0.0),
     "trimmed-light-decayed": (5, 1, False, 0.08, 0.5),
+    "tool-parser": (0, 0, False, 0.0, 0.0),
+    "sleeping": (5, 1, False, 0.0, 0.0),
+    "queue-limits": (5, 1, False, 0.0, 0.0),
 }
+#: pages only some releases can make: page -> a text its release's files must hold
+NEEDS = {
+    "tool-parser": ("vllm/parser/metrics.py", "def init_parser_metrics"),
+    "sleeping": ("vllm/v1/metrics/loggers.py", "def record_sleep_state"),
+    "queue-limits": ("vllm/v1/metrics/stats.py", "num_skipped_waiting_reqs"),
+}
+#: queue-limits: requests refused at admission, by reason (0.33's ``ADMISSION_REASONS``)
+REFUSED = {"max_num_queued_reqs": 3, "max_num_queued_tokens": 1}
 DRAFTS = 4000
 TRIM_TO = 2
 #: the drafter: position-0 acceptance and the per-position fall (draftshape's model)
@@ -212,6 +231,10 @@ def _import_real(root: Path) -> None:
         import numpy  # noqa: F401
     except ImportError:
         sys.modules["numpy"] = types.ModuleType("numpy")
+    try:
+        import regex  # noqa: F401
+    except ImportError:
+        sys.modules["regex"] = re
 
 
 def make_payload(root: Path) -> str:
@@ -248,7 +271,11 @@ def make_page(root: Path, version: str, page: str) -> str:
     import prometheus_client
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
-    if page != "no-stats":
+    if page == "tool-parser":
+        from vllm.parser.metrics import init_parser_metrics
+
+        init_parser_metrics(model_name="qwen3-27b")  # registered by the API server, no logger
+    elif page != "no-stats":
         from vllm.v1.metrics import loggers, stats
         from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
@@ -273,6 +300,8 @@ def make_page(root: Path, version: str, page: str) -> str:
             scheduler = stats.SchedulerStats(
                 num_running_reqs=running, num_waiting_reqs=waiting, kv_cache_usage=kv_cache
             )
+            if page == "queue-limits":
+                scheduler.num_skipped_waiting_reqs = 2  # deferred (LoRA budget, KV transfer)
             if speculative is not None:
                 spec = SpecDecodingStats.new(k)
                 for _ in range(DRAFTS):
@@ -288,6 +317,12 @@ def make_page(root: Path, version: str, page: str) -> str:
             else:
                 iteration.num_prompt_tokens = prompt
             logger.record(scheduler, iteration, engine_idx=engine)
+        if page == "sleeping":
+            logger.record_sleep_state(1, 1)  # /sleep?level=1: weights offloaded
+        if page == "queue-limits" and hasattr(logger, "record_admission_rejection"):
+            for reason, times in REFUSED.items():
+                for _ in range(times):
+                    logger.record_admission_rejection(reason)
     if multiproc:
         collector = multiprocess.MultiProcessCollector(None)
         registry = CollectorRegistry()  # files are read in directory order: sort for a steady page
@@ -295,6 +330,14 @@ def make_page(root: Path, version: str, page: str) -> str:
     else:
         registry = prometheus_client.REGISTRY
     return _steady(generate_latest(registry).decode())
+
+
+def makes(root: Path, page: str) -> bool:
+    """Whether this release can make ``page`` (its code has what the page shows)."""
+    if page not in NEEDS:
+        return True
+    path, text = NEEDS[page]
+    return (root / path).exists() and text in (root / path).read_text()
 
 
 class Sorted:
@@ -353,7 +396,7 @@ def main() -> int:
     for version in args.versions:
         root = fetch(version, args.cache)
         (args.out / version).mkdir(parents=True, exist_ok=True)
-        files = [(page, f"{page}.prom") for page in PAGES]
+        files = [(page, f"{page}.prom") for page in PAGES if makes(root, page)]
         if "class RequestSpecDecodeMetrics" in (root / "vllm/v1/metrics/stats.py").read_text():
             files.append((PAYLOAD, PAYLOAD))
         else:

@@ -5,6 +5,7 @@ Runs on the host's Python with the standard library only, so it works inside a b
 container that bind-mounts ``/usr``. Endpoints and exposition follow a real server:
 
 - ``GET /health``: empty 200; 503 when the engine is dead; the port is closed while "loading".
+- ``GET /version``: ``{"version": "0.33.0"}`` (``--vllm-version``).
 - ``GET /v1/models``: ``{"object": "list", "data": [{"id": MODEL, ...}]}``.
 - ``POST /v1/chat/completions``: a chat completion, or vLLM's error shapes.
 - ``GET /metrics``: Prometheus text as ``prometheus_client`` writes it, with the spec-decode
@@ -15,15 +16,29 @@ chat), crash after N seconds (on every start, or once), acceptance decay, stalle
 hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
 
 Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
-requests are really in flight and counted in ``num_requests_running``. SIGTERM behaves like vLLM
-0.33's ``--shutdown-timeout``: new requests get 503 at once; 0 (its default) aborts the running
-ones mid-stream, more lets them finish for up to that long; then the teardown (``--stop-delay``).
+requests are really in flight and counted in ``num_requests_running``.
+
+SIGTERM is vLLM 0.33's ``--shutdown-timeout`` (0.27.0 on; vllm/entrypoints/launchers/launcher.py
+``handle_shutdown``, vllm/v1/engine/core.py ``_handle_shutdown``): with 0, its default, the running
+requests are cut mid-stream and the engine core killed at once (vllm/v1/utils.py ``shutdown``:
+terminate, then kill when the timeout is 0). With more, the running requests may finish for up to
+that long, and a request arriving meanwhile is answered at once, HTTP 200 with no token and
+``finish_reason`` "abort" (``EngineCore._reject_add_in_shutdown``, core.py 0.33.0:1785), while
+``/health`` still says 200: the HTTP server serves until the engine client has stopped. Then the
+teardown (``--stop-delay``), during which a new request gets no answer until the process exits.
+
+``--sleep-level N`` starts it asleep as after vLLM's ``POST /sleep?level=N`` (``POST /sleep`` and
+``POST /wake_up`` work too): ``vllm:engine_sleep_state`` awake 0, ``/health`` 200, and a chat is
+refused with 503 "engine_paused" (core.py ``_reject_add_while_paused``). ``--max-num-queued-reqs N``
+turns away a request that finds N unfinished with 503, counted in
+``vllm:admission_rejections_total`` (0.33.0). ``--tool-call-parser`` adds the parser's
+``vllm:tool_call_parser_invocations_total`` to the page, also under ``--metrics no-stats``.
 
 With ``--traffic`` each chat is drafted step by step at ``--steps-per-s``, and three options
 make concurrent requests behave like a loaded engine:
 
-- ``--per-request-spec-decode-metrics {none,summary,detailed}`` (vLLM 0.33; not in 0.12 or
-  0.10): the request's own spec-decode stats in ``metrics.speculative_decoding`` of the answer,
+- ``--per-request-spec-decode-metrics {none,summary,detailed}`` (vLLM 0.29.0 on; not in 0.28.0):
+  the request's own spec-decode stats in ``metrics.speculative_decoding`` of the answer,
   or of the final usage chunk of a stream that asks ``stream_options.include_usage``; null for
   ``n > 1``. The same steps the /metrics counters count.
 - ``--trim-above N --trim-to M``: while more than N requests run, each verify step drafts M
@@ -93,8 +108,12 @@ class Engine:
         self.extra_running = 0  # chat requests being generated now
         self.lock = threading.Lock()
         self.chats = 0
-        self.stopping = False  # SIGTERM seen: new requests are refused
+        self.stopping = False  # SIGTERM seen: new requests are answered "abort"
         self.aborting = False  # running requests are cut
+        self.tearing_down = False  # the engine core is gone: new requests get no answer
+        self.sleep_level: int | None = args.sleep_level  # None: awake
+        self.slept = args.sleep_level is not None  # sleep was asked for: the gauge is shown
+        self.rejected = dict.fromkeys(ADMISSION_REASONS, 0)
         self._last = time.monotonic()
         self._started = time.monotonic()
         self.traffic = Traffic(args) if args.traffic else None
@@ -228,10 +247,22 @@ class Engine:
                     self.args.waiting + queued,
                     self.created_at,
                     prompt=self.prompt,
+                    sleep_level=self.sleep_gauge(),
+                    rejected=dict(self.rejected) if self.args.max_num_queued_reqs else None,
                 ),
                 model=self.args.model,
                 spec_decode=self.args.spec_decode,
+            ) + (
+                tool_parser_series(self.args.model, self.created_at)
+                if self.args.tool_call_parser
+                else ""
             )
+
+    def sleep_gauge(self) -> int | None:
+        """The sleep gauge once sleep was asked for (``--sleep-level``, ``/sleep``); else None."""
+        if self.sleep_level is None and not self.slept:
+            return None
+        return AWAKE if self.sleep_level is None else self.sleep_level
 
 
 # --- per-request drafting, swinging traffic and three kinds of decay (--traffic) -------------
@@ -399,7 +430,7 @@ class Request:
 
 
 class Drafting:
-    """A request's own spec-decode stats, as vLLM 0.33's ``RequestSpecDecodeMetrics``
+    """A request's own spec-decode stats, as vLLM's ``RequestSpecDecodeMetrics`` (0.29.0 on)
     (vllm/v1/metrics/stats.py): a dense histogram of accepted draft tokens per verify step
     (index j: steps that accepted exactly j, bonus token excluded, length K+1) and the draft
     tokens proposed; per-step lists kept for ``detailed``."""
@@ -447,7 +478,7 @@ class Drafting:
 def per_request_metrics(
     drafting: Drafting | None, level: str, n: object, stream: bool
 ) -> dict[str, object] | None:
-    """The response's ``metrics`` (vLLM 0.33 ``PerRequestMetrics``, timing off): None when
+    """The response's ``metrics`` (vLLM 0.29.0 on ``PerRequestMetrics``, timing off): None when
     off, for ``n > 1`` (the stats are one sequence's of n), or without drafting."""
     if level == "none" or n != 1 or drafting is None:
         return None
@@ -516,6 +547,16 @@ class Counters:
     created: float
     kv_cache: float = 0.0734
     prompt: float = 0.0
+    #: ``vllm:engine_sleep_state``: None leaves it out (the shared fixture has none), -1 awake,
+    #: else the sleep level (0: KV cache released, 1: weights offloaded, 2: discarded)
+    sleep_level: int | None = None
+    #: ``vllm:admission_rejections_total`` by reason (0.33.0); None leaves it out
+    rejected: dict[str, int] | None = None
+
+
+#: 0.33's reasons for turning a request away at admission (vllm/v1/metrics/loggers.py:47)
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+AWAKE = -1
 
 
 def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
@@ -524,15 +565,17 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     labels = LABELS.format(model=model)
     out: list[str] = []
 
-    def counter(name: str, help_text: str, series: list[tuple[str, float]]) -> None:
+    def counter(
+        name: str, help_text: str, series: list[tuple[str, float]], at: str = labels
+    ) -> None:
         out.append(f"# HELP vllm:{name}_total {help_text}")
         out.append(f"# TYPE vllm:{name}_total counter")
         for extra, value in series:
-            out.append(f"vllm:{name}_total{{{labels}{extra}}} {go_float(math.floor(value))}")
+            out.append(f"vllm:{name}_total{{{at}{extra}}} {go_float(math.floor(value))}")
         out.append(f"# HELP vllm:{name}_created {help_text}")
         out.append(f"# TYPE vllm:{name}_created gauge")
         for extra, _ in series:
-            out.append(f"vllm:{name}_created{{{labels}{extra}}} {go_float(c.created)}")
+            out.append(f"vllm:{name}_created{{{at}{extra}}} {go_float(c.created)}")
 
     def gauge(name: str, help_text: str, value: float) -> None:
         out.append(f"# HELP vllm:{name} {help_text}")
@@ -553,6 +596,42 @@ def exposition(c: Counters, model: str, spec_decode: bool = True) -> str:
     gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", c.kv_cache)
     counter("prompt_tokens", "Number of prefill tokens processed.", [("", c.prompt)])
     counter("generation_tokens", "Number of generation tokens processed.", [("", c.generation)])
+    if c.sleep_level is not None:
+        level = c.sleep_level
+        states = {
+            "awake": level == AWAKE,
+            "weights_offloaded": level == 1,
+            "discard_all": level == 2,
+        }
+        out.append("# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means sleeping.")
+        out.append("# TYPE vllm:engine_sleep_state gauge")
+        for state, on in states.items():
+            out.append(f'vllm:engine_sleep_state{{{labels},sleep_state="{state}"}} {float(on)}')
+    if c.rejected is not None:
+        counter(
+            "admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            [(f',reason="{r}"', float(n)) for r, n in c.rejected.items()],
+            at=f'model_name="{model}"',  # no engine label: the API server counts them
+        )
+    return "\n".join(out) + "\n"
+
+
+def tool_parser_series(model: str, created: float) -> str:
+    """What ``--tool-call-parser`` registers, stat logger or not (vllm/parser/metrics.py, 0.27.0
+    on): ``vllm:tool_call_parser_invocations_total`` for each mode, outcome and request type."""
+    name = "vllm:tool_call_parser_invocations"
+    about = "Total number of ToolParser invocations."
+    keys = [
+        f'mode="{mode}",model_name="{model}",outcome="{outcome}",request_type="{kind}"'
+        for mode in ("streaming", "non_streaming")
+        for outcome in ("tool_call", "no_tool_call")
+        for kind in ("chat_completions", "responses", "other")
+    ]
+    out = [f"# HELP {name}_total {about}", f"# TYPE {name}_total counter"]
+    out += [f"{name}_total{{{key}}} 0.0" for key in keys]
+    out += [f"# HELP {name}_created {about}", f"# TYPE {name}_created gauge"]
+    out += [f"{name}_created{{{key}}} {go_float(created)}" for key in keys]
     return "\n".join(out) + "\n"
 
 
@@ -563,6 +642,15 @@ NO_STATS = (
     b"# HELP process_open_fds Number of open file descriptors.\n"
     b"# TYPE process_open_fds gauge\nprocess_open_fds 61.0\n"
 )
+
+
+#: vLLM 0.33's words for a request refused by ``--max-num-queued-reqs`` (vllm/exceptions.py:171)
+QUEUE_FULL = (
+    "The engine is currently busy and cannot accept new requests. "
+    "Please try again later or on a different instance."
+)
+#: ... and for one arriving while the engine sleeps (vllm/v1/engine/core.py:1806)
+PAUSED = "Generation is paused. Please retry after it resumes."
 
 
 def chat_request(engine: Engine, body: dict[str, object], max_tokens: int) -> Request:
@@ -629,18 +717,20 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             return False
 
         def do_GET(self) -> None:
-            if self.path == "/health":
-                if args.mode == "never-healthy" or engine.stopping:
-                    self._send(503, b"")
-                else:
-                    self._send(200, b"")
+            if self.path == "/health":  # 200 while it drains, asleep or not (engine not dead)
+                self._send(503 if args.mode == "never-healthy" else 200, b"")
+            elif self.path == "/version":
+                self._json(200, {"version": args.vllm_version})
             elif self.path == "/metrics":
                 if args.metrics == "missing":
                     self._send(404, b'{"detail":"Not Found"}')
                 elif args.metrics == "garbage":
                     self._send(200, b"<html>\x00 this is not prometheus {{{\n", "text/html")
                 elif args.metrics == "no-stats":  # --disable-log-stats: no stat logger at all
-                    self._send(200, NO_STATS, "text/plain; version=0.0.4; charset=utf-8")
+                    page = NO_STATS
+                    if args.tool_call_parser:  # the API server's own counter is there all the same
+                        page += tool_parser_series(args.model, engine.created_at).encode()
+                    self._send(200, page, "text/plain; version=0.0.4; charset=utf-8")
                 else:
                     self._send(
                         200,
@@ -672,6 +762,13 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            path, _, query = self.path.partition("?")
+            if path in ("/sleep", "/wake_up"):  # vLLM's dev endpoints (VLLM_SERVER_DEV_MODE=1)
+                level = query.removeprefix("level=") if query.startswith("level=") else "1"
+                engine.slept = True
+                engine.sleep_level = int(level) if path == "/sleep" and level.isdigit() else None
+                self._send(200, b"")
+                return
             if self.path != "/v1/chat/completions":
                 self._json(404, {"detail": "Not Found"})
                 return
@@ -687,10 +784,22 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                     404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"
                 )
                 return
-            if engine.stopping:
-                self._error(503, "The server is shutting down", "ServiceUnavailableError")
+            if engine.tearing_down:  # the engine core is gone: no answer until the server exits
+                time.sleep(3600)
+                return
+            limit = args.max_num_queued_reqs
+            if limit and len(engine.queue) + 1 > limit:  # vllm/v1/engine/async_llm.py:325
+                with engine.lock:
+                    engine.rejected["max_num_queued_reqs"] += 1
+                self._error(503, QUEUE_FULL, "ServiceUnavailableError")
                 return
             engine.chats += 1
+            if engine.stopping:  # draining after SIGTERM: answered at once, nothing generated
+                self._aborted(bool(body.get("stream")), body.get("stream_options"))
+                return
+            if engine.sleep_level is not None:  # asleep: generation paused, new requests refused
+                self._error(503, PAUSED, "ServiceUnavailableError")
+                return
             if args.mode in ("chat-fails", "zombie"):
                 self._error(
                     500, "EngineCore encountered an issue. See stack trace.", "InternalServerError"
@@ -759,6 +868,34 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
                 if metrics is not None:
                     final["metrics"] = metrics
                 send(final)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+
+        def _aborted(self, stream: bool, options: object) -> None:
+            """What vLLM 0.33 answers a request arriving while it drains: HTTP 200, no token,
+            ``finish_reason`` "abort" (a role chunk and a finish chunk when streamed)."""
+            chat_id, created = f"chatcmpl-{engine.chats}", int(time.time())
+            head = {"id": chat_id, "created": created, "model": args.model}
+            if not stream:
+                message = {"role": "assistant", "content": "", "reasoning_content": None}
+                choice = {"index": 0, "message": {**message, "tool_calls": []}, "logprobs": None}
+                choice |= {"finish_reason": "abort", "stop_reason": None}
+                body = {**head, "object": "chat.completion", "choices": [choice]}
+                self._json(200, {**body, "usage": usage_info(0)})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunks: list[dict[str, object]] = [
+                {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]},
+            ]
+            if isinstance(options, dict) and options.get("include_usage"):
+                chunks.append({"choices": [], "usage": usage_info(0)})
+            for chunk in chunks:
+                data = {**head, "object": "chat.completion.chunk", **chunk}
+                self._chunk(f"data: {json.dumps(data)}\n\n".encode())
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")
 
@@ -858,11 +995,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="no traffic but num_requests_running stuck at --running; chats are answered",
     )
     p.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
+    p.add_argument("--vllm-version", default="0.33.0", help="what GET /version says")
+    p.add_argument("--sleep-level", type=int, choices=[0, 1, 2], default=None, help="start asleep")
+    p.add_argument(
+        "--max-num-queued-reqs", type=int, default=None, help="as vLLM 0.33: 503 past this many"
+    )
+    p.add_argument("--tool-call-parser", default=None, help="adds the parser's vllm: counter")
     p.add_argument(
         "--shutdown-timeout",
         type=float,
         default=0.0,
-        help="as vLLM 0.33: 0 aborts running requests at SIGTERM, more lets them finish",
+        help="as vLLM 0.27.0 on: 0 cuts running requests at SIGTERM, more lets them finish "
+        "and answers new ones with finish_reason abort",
     )
     traffic = p.add_argument_group("per-request drafting (--traffic; the drafting canary)")
     traffic.add_argument(
@@ -889,7 +1033,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--per-request-spec-decode-metrics",
         choices=["detailed", "none", "summary"],
         default="none",
-        help="vLLM 0.33: the request's own spec-decode stats in its answer's metrics",
+        help="vLLM 0.29.0 on: the request's own spec-decode stats in its answer's metrics",
     )
     traffic.add_argument(
         "--trim-above", type=float, default=None, help="while more than this many run..."
@@ -929,7 +1073,7 @@ def vllm_spelling(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.per_request_spec_decode_metrics != "none" and not args.spec_decode:
-        raise SystemExit(  # vLLM 0.33's VllmConfig refuses to start, with these words
+        raise SystemExit(  # vLLM's VllmConfig (0.29.0 on) refuses to start, with these words
             "ValueError: --per-request-spec-decode-metrics requires speculative decoding "
             "to be enabled (via --speculative-config)."
         )
@@ -937,12 +1081,14 @@ def main(argv: list[str]) -> None:
 
     def shut_down() -> None:
         if engine is not None:
-            engine.stopping = True
+            # 0: no drain at all, the engine core is killed at once (nothing is answered "abort")
+            engine.stopping = args.shutdown_timeout > 0
             deadline = time.monotonic() + args.shutdown_timeout
             while engine.extra_running and time.monotonic() < deadline:
                 time.sleep(0.05)
             print(f"SIGTERM: {engine.extra_running} running request(s) aborted", flush=True)
             engine.aborting = True
+            engine.tearing_down = True
         print("SIGTERM: tearing down", flush=True)
         time.sleep(args.stop_delay)
         os._exit(0)

@@ -22,6 +22,7 @@ from sparkwarden.restart.sequence import STEPS
 from sparkwarden.surfaces.webhooks import Event, Webhooks, payload
 from tests.kits.commands import ROOT, run_cli
 from tests.kits.daemonkit import DaemonProcess, wait_for
+from tests.kits.seed_lines import DFLASH_REPORT
 
 ALERTS = ROOT / "packaging" / "prometheus" / "alerts.yml"
 
@@ -76,11 +77,13 @@ def test_doctor_finds_the_traps_on_real_containers(
         volumes={str(etc): {"bind": "/run/vllm", "mode": "ro"}},
     )
     hidden, _ = stage.llm("hidden", "--config", "/opt/serve.yaml", start=False)
+    # the DFlash report's own serve line (its old --speculative-model spelling), not started
+    report, _ = stage.llm("report", *DFLASH_REPORT[3:], start=False, stop_timeout=120)
     healer = stage.voice("tts", labels={"autoheal": "true"})
     quiet = stage.voice("stt")
     missing = stage.name("renamed-away")
     config = make_config(
-        [risky, safe, missing, wrapped, hidden],
+        [risky, safe, missing, wrapped, hidden, report],
         port,
         [healer, quiet],
         memory={"start_min_available_gib": 100000},
@@ -110,6 +113,11 @@ def test_doctor_finds_the_traps_on_real_containers(
     assert found[(wrapped, "shutdown-timeout")]["severity"] == "info"  # 10s: stop_llm waits 150s
     assert found[(wrapped, "container-shutdown-timeout")]["severity"] == "warning"  # 60 < 150
     assert "on no mount" in found[(hidden, "config-file")]["message"]
+    # the running engine names its release at GET /version; a stopped one cannot
+    assert found[(risky, "vllm-release")]["message"] == "vLLM 0.33.0 (from its GET /version)"
+    assert "release unknown" in found[(report, "vllm-release")]["message"]
+    assert found[(report, "drafter-scratch")]["severity"] == "warning"
+    assert "dflash, inferred from the drafter" in found[(report, "drafter-scratch")]["message"]
 
     text = run_cli(config, "doctor")
     assert text.returncode == 1 and "ERROR" in text.stdout and "fix: docker update" in text.stdout

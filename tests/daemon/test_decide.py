@@ -28,6 +28,7 @@ T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
 T = T0.timestamp()
 IDLE = Scrape(EngineMetrics(None, 0.0, 0.0, 100.0), "ok")
 BUSY = Scrape(EngineMetrics(None, 3.0, 1.0, 100.0), "ok")
+ASLEEP = Scrape(EngineMetrics(None, 0.0, 0.0, 100.0, sleeping=True, sleep_level=1), "ok")
 
 
 def cfg(**sections: Any) -> Config:
@@ -283,6 +284,22 @@ def test_drain_waits_for_quiet_then_goes() -> None:
     mind, said = gates.gate(mind, now(known, T + 40), active, IDLE, T + 40, CFG)
     assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
     assert mind.pending is None and state(mind, known) == "idle"
+
+
+def test_a_planned_restart_waits_while_the_engine_sleeps_then_drains_once_awake() -> None:
+    """A sleeping engine is idle (nothing runs), but restarting it would wake it on purpose put
+    to sleep: the restart waits, past its drain deadline too, and drains afresh once awake."""
+    known, active = facts(), up_since(7200)
+    mind, said = gates.gate(pending("uptime"), known, active, ASLEEP, T, CFG)
+    assert events(said) == ["restart_waits_for_wake"] and mind.pending is not None
+    assert mind.pending.drain is not None and "sleeps" in mind.pending.drain.note
+    end = T + CFG.drain.deadline + 60
+    mind, said = gates.gate(mind, now(known, end), active, ASLEEP, end, CFG)
+    assert restarts(said) == [] and events(said) == []  # said once, not at every look
+    mind, said = gates.gate(mind, now(known, end + 1), active, IDLE, end + 1, CFG)
+    assert events(said) == ["draining"] and restarts(said) == []  # awake: a fresh drain
+    mind, said = gates.gate(mind, now(known, end + 31), active, IDLE, end + 31, CFG)
+    assert restarts(said) == [do.Restart("uptime", "uptime wanted")]
 
 
 def test_drain_goes_at_its_deadline_however_busy() -> None:

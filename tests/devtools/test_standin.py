@@ -40,7 +40,7 @@ def test_exposition_has_the_fixture_shape() -> None:
     fixture = families(FIXTURE.read_text())
     # the fixture predates prompt_tokens, which every vLLM release exports
     assert {k: v for k, v in ours.items() if not k.startswith("vllm:prompt_tokens")} == fixture
-    for version in ("0.10.2", "0.12.0", "0.33.0"):  # each series as vLLM's own classes write it
+    for version in ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0"):  # as vLLM writes each
         real = families((VLLM_PAGES / version / "k5.prom").read_text())
         assert {name: real[name] for name in ours} == ours, version
     assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" in ours

@@ -148,6 +148,24 @@ def test_failing_canary_behind_a_200_counts() -> None:
     assert why is not None and "chat canary" in why
 
 
+def test_a_sleeping_engine_is_reported_sleeping_never_restarted() -> None:
+    """Asleep (``/sleep``): /health 200, chats refused with 503, requests kept frozen."""
+    paused = ChatOutcome(False, "HTTP 503: Generation is paused. Please retry after it resumes.")
+    asleep = EngineMetrics(
+        None, 2.0, 0.0, 5000.0, prompt_tokens=9000.0, sleeping=True, sleep_level=1
+    )
+    state = HealthState()
+    for t in range(0, 1200, 30):
+        state, why = check(state, t, UP, canary=paused, metrics=asleep)
+        assert why is None and state.failures == 0 and state.suspect is None
+    assert state.last == "sleeping (level 1): put to sleep, not restarted"
+    # a /health that fails is still a failure, asleep or not
+    for t in (1200, 1230):
+        state, why = check(state, t, DEAD, metrics=asleep)
+    state, why = check(state, 1260, DEAD, metrics=asleep)
+    assert why is not None and "HTTP 503" in why
+
+
 def frozen(
     running: float = 4.0, generation: float = 5000.0, prompt: float = 9000.0
 ) -> EngineMetrics:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import threading
@@ -176,24 +177,28 @@ class LiteLLM:
         _stop(self.proc)
 
 
-Kind = Literal["complete", "cut", "refused"]
+Kind = Literal["complete", "cut", "refused", "empty"]
 
 
 @dataclass(frozen=True)
 class Result:
-    """One user request: ``cut`` means tokens came and then the stream ended unfinished."""
+    """One user request: ``cut`` means tokens came and then the stream ended unfinished;
+    ``empty`` an answer that finished with no token (what vLLM 0.33 answers while it drains,
+    ``finish_reason`` "abort", as the gateway passes it on: ``finish``)."""
 
     kind: Kind
     began: float
     seconds: float
     tokens: int
     detail: str = ""
+    finish: str = ""
+    wall: float = 0.0  # when it began, by the wall clock (the journal's clock)
 
 
 def stream_once(client: httpx.Client, url: str, max_tokens: int) -> Result:
     """One streaming chat request as a user's client makes it, classified."""
-    began = time.monotonic()
-    tokens, finished, done = 0, False, False
+    began, wall = time.monotonic(), time.time()
+    tokens, finish, done = 0, "", False
     body = {
         "model": ALIAS,
         "messages": [{"role": "user", "content": "Tell me a long story."}],
@@ -222,37 +227,46 @@ def stream_once(client: httpx.Client, url: str, max_tokens: int) -> Result:
                         if (choice.get("delta") or {}).get("content"):
                             tokens += 1
                         if choice.get("finish_reason"):
-                            finished = True
+                            finish = str(choice["finish_reason"])
     except (httpx.HTTPError, ValueError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:120]
     seconds = time.monotonic() - began
-    kind: Kind = "complete" if finished and done else ("cut" if tokens else "refused")
-    return Result(kind, began, seconds, tokens, detail)
+    kind: Kind = "cut" if tokens else "refused"
+    if finish and done:
+        kind = "complete" if tokens else "empty"
+    return Result(kind, began, seconds, tokens, detail, finish, wall)
 
 
 class StreamingLoad:
     """A few users streaming answers through the gateway, back to back, until stopped."""
 
-    def __init__(self, url: str, clients: int = 3, max_tokens: int = 40) -> None:
-        self.url, self.clients, self.max_tokens = url, clients, max_tokens
+    def __init__(
+        self, url: str, clients: int = 3, max_tokens: int = 40, think: float = 0.0
+    ) -> None:
+        """``think``: each user pauses a random 0..think s after an answer (seeded), so the
+        users fall out of step as real ones are; 0 sends back to back."""
+        self.url, self.clients, self.max_tokens, self.think = url, clients, max_tokens, think
         self.results: list[Result] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def _user(self) -> None:
+    def _user(self, seed: int) -> None:
         headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+        pauses = random.Random(seed)  # a reproducible pace
         with httpx.Client(headers=headers, timeout=httpx.Timeout(120, connect=5)) as client:
             while not self._stop.is_set():
                 result = stream_once(client, self.url, self.max_tokens)
                 with self._lock:
                     self.results.append(result)
-                if result.kind == "refused":
+                if result.kind in ("refused", "empty"):
                     self._stop.wait(0.2)  # a user's client that retries, not a flood
+                elif self.think:
+                    self._stop.wait(pauses.uniform(0, self.think))
 
     def start(self) -> StreamingLoad:
-        for _ in range(self.clients):
-            thread = threading.Thread(target=self._user, daemon=True)
+        for seed in range(self.clients):
+            thread = threading.Thread(target=self._user, args=(seed,), daemon=True)
             thread.start()
             self._threads.append(thread)
         return self

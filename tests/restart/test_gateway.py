@@ -7,6 +7,7 @@ test's stand-in takes in turn; both run the shipped examples under packaging/.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.restart.sequence import STEPS
+from sparkwarden.vllm.client import EMPTY, VllmClient
 from tests.actions.test_operator_tools import Receiver
 from tests.kits.commands import history, run_cli
 from tests.kits.daemonkit import DaemonProcess, wait_for
@@ -266,3 +268,50 @@ def test_a_run_failing_only_at_the_gateway_is_not_retried_by_restarting_the_engi
     finally:
         daemon.stop()
         hook.server.shutdown()
+
+
+def test_while_vllm_drains_a_user_through_the_gateway_gets_an_empty_answer(
+    stage: Stage, gateway: Path_
+) -> None:
+    """vLLM 0.33 answers a request arriving during its ``--shutdown-timeout`` drain at once with
+    HTTP 200, no token and finish_reason "abort"; LiteLLM passes it on as an empty answer that
+    finished with "stop" (its map of finish reasons lacks "abort"): no error reaches the user.
+    sparkwarden's own probes call it what it is."""
+    llm, port = stage.llm(
+        "llm", "--token-delay", "0.05", "--shutdown-timeout", "60", port=gateway.engine_port
+    )
+    wait_healthy(port)
+    engine = f"http://127.0.0.1:{port}"
+    long = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 400}
+    long["stream"] = True
+    generating = threading.Thread(  # 20 s of tokens: the drain lasts that long
+        target=lambda: httpx.post(f"{engine}/v1/chat/completions", json=long, timeout=120),
+        daemon=True,
+    )
+    generating.start()
+    wait_for("a request in flight", lambda: running(port) >= 1, timeout=10)
+    stopping = threading.Thread(target=lambda: stage.client.containers.get(llm).stop(timeout=90))
+    stopping.start()
+    try:
+        wait_for("SIGTERM", lambda: _draining(engine), timeout=10)
+        with httpx.Client(headers={"Authorization": f"Bearer {MASTER_KEY}"}, timeout=30) as user:
+            seen = stream_once(user, gateway.url, 8)
+        through = VllmClient(gateway.url.removesuffix("/v1"), MASTER_KEY)
+        probe = through.chat(ALIAS, timeout=30)
+        through.close()
+        direct = VllmClient(engine)
+        said = direct.chat(MODEL, timeout=10)
+        direct.close()
+    finally:
+        stopping.join(timeout=120)
+        generating.join(timeout=60)
+    assert seen.kind == "empty" and seen.finish == "stop" and not seen.detail, seen
+    assert not probe.ok and EMPTY in probe.detail
+    assert not said.ok and "finish_reason is 'abort'" in said.detail
+
+
+def _draining(engine: str) -> bool:
+    """The engine answers "abort" (cheap to ask: nothing is generated)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "?"}], "max_tokens": 1}
+    answer = httpx.post(f"{engine}/v1/chat/completions", json=body, timeout=10).json()
+    return bool(answer["choices"][0]["finish_reason"] == "abort")

@@ -9,6 +9,7 @@ import pytest
 
 from sparkwarden.vllm import serve_flags
 from sparkwarden.vllm.doctor_rules import check_llm, host_path, vllm_config_file
+from tests.kits.seed_lines import DFLASH_REPORT, UNSLOTH_RECIPE
 
 SPEC = '{"method": "dflash", "num_speculative_tokens": 15}'
 
@@ -23,11 +24,14 @@ def attrs(
     }
 
 
-def checks(a: dict[str, Any], stop_timeout: float = 120.0) -> dict[str, Any]:
+def checks(
+    a: dict[str, Any], stop_timeout: float = 120.0, release: str | None = None
+) -> dict[str, Any]:
     argv = a["Config"]["Cmd"]
     loaded, problem = vllm_config_file(a, argv)
     flags = serve_flags.read(argv, loaded)
-    return {f.check: f for f in check_llm("llm", a, 121.0, flags, stop_timeout, problem)}
+    found = check_llm("llm", a, 121.0, flags, stop_timeout, problem, release)
+    return {f.check: f for f in found}
 
 
 @pytest.mark.parametrize(
@@ -141,3 +145,73 @@ def test_a_drafter_without_per_request_stats_is_told_how_canaries_count_under_lo
     )
     assert "per-request-spec-decode-metrics" in off
     assert "per-request-spec-decode-metrics" not in checks(attrs("vllm", "serve", "m"))
+
+
+# --- the seeds' own command lines ---------------------------------------------------------------
+
+
+def test_the_dflash_reports_serve_line_gets_its_drafter_warning() -> None:
+    """The stack that locked the box: 0.80 with 4 DFlash sequences, written the old way."""
+    found = checks(attrs(*DFLASH_REPORT), release="0.33.0")
+    scratch = found["drafter-scratch"]
+    assert scratch.severity == "warning"
+    assert "dflash, inferred from the drafter 'z-lab/Qwen3.6-35B-A3B-DFlash'" in scratch.message
+    assert "0.8 + 4 x 0.0125 = 0.85" in scratch.message
+    assert scratch.fix == "lower --max-num-seqs to 3 or less"
+    assert found["gpu-memory-utilization"].severity == "info"  # 0.80 itself is the house rule
+    assert found["speculative-spelling"].severity == "info"
+    assert "--speculative-model --num-speculative-tokens" in found["speculative-spelling"].message
+    assert "0.33.0 has it" in found["per-request-spec-decode-metrics"].fix
+
+
+def test_the_recipe_line_gets_vllms_default_utilisation_judged() -> None:
+    found = checks(attrs(*UNSLOTH_RECIPE), release="0.33.0")
+    util = found["gpu-memory-utilization"]
+    assert util.severity == "error"
+    assert "no --gpu-memory-utilization: vLLM 0.33.0's default 0.92 reserves 111" in util.message
+    assert "mtp" in found["drafter-scratch"].message
+    assert "default (256)" in found["drafter-scratch"].message
+    assert found["drafter-scratch"].fix.startswith("lower --gpu-memory-utilization")
+    assert found["vllm-release"].message == "vLLM 0.33.0 (from its GET /version)"
+    older = checks(attrs(*UNSLOTH_RECIPE), release="0.12.0")
+    assert "vLLM 0.12.0's default 0.9 reserves 109" in older["gpu-memory-utilization"].message
+    assert "0.12.0 does not" in older["per-request-spec-decode-metrics"].fix
+
+
+def test_the_release_from_the_image_tag_or_unknown() -> None:
+    tagged = attrs("vllm", "serve", "m")
+    tagged["Config"]["Image"] = "vllm/vllm-openai:v0.28.0"
+    assert checks(tagged)["vllm-release"].message == "vLLM 0.28.0 (from its image tag)"
+    assert "0.92" in checks(tagged)["gpu-memory-utilization"].message
+    tagged["Config"]["Image"] = "localhost:5000/vllm-openai:cu130-nightly"
+    assert "release unknown" in checks(tagged)["vllm-release"].message
+
+
+def test_a_method_without_a_draft_model_has_no_scratch_and_a_clash_is_an_error() -> None:
+    ngram = checks(attrs("vllm", "serve", "m", "--spec-method", "ngram", "--spec-tokens", "4"))
+    assert ngram["drafter-scratch"].severity == "info"
+    assert "no draft model" in ngram["drafter-scratch"].message
+    few = checks(
+        attrs(
+            "vllm",
+            "serve",
+            "m",
+            "-sc.method",
+            "eagle3",
+            "--max-num-seqs",
+            "4",
+            "--gpu-memory-utilization",
+            "0.6",
+        )
+    )
+    assert few["drafter-scratch"].severity == "info"  # 0.6 + 4 x 0.0125 = 0.65: room left
+    clash = checks(attrs("vllm", "serve", "m", "-sc", SPEC, "--spec-tokens", "3"))
+    assert clash["speculative-flags"].severity == "error"
+
+
+def test_a_drain_says_what_new_requests_get_meanwhile() -> None:
+    found = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "300", stop=400))
+    assert found["drain-answers"].severity == "info"
+    assert "empty answer" in found["drain-answers"].message
+    assert "'abort'" in found["drain-answers"].message
+    assert "drain-answers" not in checks(attrs("vllm", "serve", "m"))  # 0: nothing answered so

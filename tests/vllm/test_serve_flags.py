@@ -9,11 +9,14 @@ import pytest
 from sparkwarden.vllm.serve_flags import (
     config_file,
     flag,
+    method,
     read,
     shutdown_timeout,
+    spec_conflicts,
     speculative,
     unwrap,
 )
+from tests.kits.seed_lines import DFLASH_REPORT, UNSLOTH_RECIPE
 
 SPEC = '{"method": "dflash", "num_speculative_tokens": 15}'
 
@@ -115,3 +118,89 @@ def test_shutdown_timeout() -> None:
 def test_speculative_config_that_is_not_json() -> None:
     assert speculative(read(["vllm", "serve", "m", "-sc", "dflash"])) == {}
     assert speculative(read(["vllm", "serve", "m"])) is None
+
+
+# --- the seeds' own command lines ---------------------------------------------------------------
+
+
+def test_the_dflash_reports_old_spelling_is_a_speculative_config() -> None:
+    spec = speculative(read(DFLASH_REPORT))
+    assert spec == {"model": "z-lab/Qwen3.6-35B-A3B-DFlash", "num_speculative_tokens": 5}
+    assert method(spec) == "dflash"  # vLLM infers it from the drafter's name
+    assert read(DFLASH_REPORT)["gpu-memory-utilization"] == "0.80"
+
+
+def test_the_recipe_line_is_mtp_with_no_memory_flag() -> None:
+    flags = read(UNSLOTH_RECIPE)
+    spec = speculative(flags)
+    assert spec is not None and method(spec) == "mtp"  # qwen3_next_mtp: deprecated name of mtp
+    assert "gpu-memory-utilization" not in flags and flags["tool-call-parser"] == "qwen3_coder"
+    assert flags["enable-auto-tool-choice"] == "true"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-sc.method", "dflash", "-sc.num_speculative_tokens", "15"],
+        ["-sc.method=dflash", "-sc.num_speculative_tokens=15"],
+        ["--spec-method", "dflash", "--spec-tokens", "15"],
+        ["--spec_method=dflash", "--spec_tokens=15"],
+        ["-sc", '{"method": "dflash"}', "--spec-tokens", "15"],
+        ["--speculative-model", "z-lab/Qwen3-8B-DFlash-b16", "--num-speculative-tokens", "15"],
+    ],
+)
+def test_the_newer_spellings(argv: list[str]) -> None:
+    spec = speculative(read(["vllm", "serve", "m", *argv]))
+    assert spec is not None and method(spec) == "dflash"
+    assert spec["num_speculative_tokens"] == 15
+    assert "sc" not in read(["vllm", "serve", "m", *argv])  # not filed under a key "sc"
+
+
+def test_dotted_groups_are_appended_in_the_order_first_seen_and_the_last_wins() -> None:
+    # vLLM files "-sc.x" and "--speculative-config.y" apart and appends both: the later wins
+    flags = read(
+        ["vllm", "serve", "m", "-sc.method", "mtp", "--speculative-config.method", "eagle"]
+    )
+    assert speculative(flags) == {"method": "eagle"}
+    flags = read(
+        ["vllm", "serve", "m", "--speculative-config.method", "eagle", "-sc.method", "mtp"]
+    )
+    assert speculative(flags) == {"method": "mtp"}
+    # a dotted key takes the next word whatever it looks like; "+" appends to a list
+    flags = read(["vllm", "serve", "m", "-cc.level", "-1", "-cc.ops+", "a,b", "-cc.ops+", "c"])
+    assert json.loads(flags["compilation-config"]) == {"level": -1, "ops": ["a", "b", "c"]}
+
+
+@pytest.mark.parametrize(
+    ("words", "level"),
+    [(["-O3"], "3"), (["-O=2"], "2"), (["-O", "1"], "1"), (["-Odecode"], "decode")],
+)
+def test_dash_o_is_the_optimization_level_not_the_compilation_config(
+    words: list[str], level: str
+) -> None:
+    flags = read(["vllm", "serve", "m", *words, "--port", "8000"])
+    assert flags == {"optimization-level": level, "port": "8000"}
+
+
+def test_a_spec_flag_repeating_a_json_key_is_refused_by_vllm() -> None:
+    flags = read(["vllm", "serve", "m", "-sc", '{"method": "mtp"}', "--spec-method", "eagle"])
+    assert spec_conflicts(flags) == ["--spec-method and --speculative-config['method']"]
+    assert speculative(flags) == {"method": "mtp"}
+    assert spec_conflicts(read(["vllm", "serve", "m", "--spec-method", "eagle"])) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"model": "ngram"}, "ngram"),
+        ({"method": "[ngram]"}, "ngram"),
+        ({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}, "eagle"),
+        ({"model": "AngelSlim/Qwen3-8B_eagle3"}, "eagle3"),
+        ({"model": "deepseek-ai/dspark_qwen3_8b_block7"}, "dspark"),
+        ({"model": "Qwen/Qwen3-0.6B"}, "draft_model"),
+        ({"method": "deepseek_mtp"}, "mtp"),
+        ({"method": "suffix"}, "suffix"),
+    ],
+)
+def test_the_method_as_vllm_infers_it(spec: dict[str, str], expected: str) -> None:
+    assert method(spec) == expected

@@ -15,7 +15,9 @@ from sparkwarden.evidence.draft_shape import healthy_share
 from sparkwarden.vllm.metrics import EngineMetrics, NoStats, SpecDecode, keep_recorded, parse
 
 PAGES = Path(__file__).parents[1] / "fixtures" / "vllm"
-VERSIONS = ("0.10.2", "0.12.0", "0.33.0")
+VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0")
+#: pages only the releases that have the series can make
+SINCE = {"sleeping": "0.12.0", "tool-parser": "0.28.0", "queue-limits": "0.28.0"}
 #: what the generator fed each engine (scripts/vllm_pages.py)
 DRAFTS = 4000
 ZERO = SpecDecode(0.0, 0.0, 0.0, (0.0,) * 5, None)
@@ -30,7 +32,14 @@ def test_every_version_has_every_page() -> None:
     names = {"k1", "k5", "k15", "two-engines", "multiproc", "no-stats", "trimmed", "trimmed-light"}
     names |= {"trimmed-decayed", "trimmed-light-decayed"}
     for version in VERSIONS:
-        assert names == {p.stem for p in (PAGES / version).glob("*.prom")}
+        extra = {name for name, since in SINCE.items() if _release(version) >= _release(since)}
+        assert names | extra == {p.stem for p in (PAGES / version).glob("*.prom")}, version
+        payload = (PAGES / version / "spec-decode-metrics.json").exists()
+        assert payload == (_release(version) >= (0, 29, 0)), version  # the flag came in 0.29.0
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -137,7 +146,7 @@ def test_heavy_trimming_is_not_read_and_says_so(version: str, name: str) -> None
 def test_what_record_keeps_reads_the_same(version: str) -> None:
     """``sparkwarden record`` stores only the series decisions read: the same figures."""
     for path in sorted((PAGES / version).glob("*.prom")):
-        if path.stem != "no-stats":
+        if path.stem not in ("no-stats", "tool-parser"):
             text = path.read_text()
             assert parse(keep_recorded(text)) == parse(text), path.name
 
@@ -155,3 +164,44 @@ def test_without_created_a_restart_shows_as_counters_going_back(version: str) ->
     state, _ = observe(state, after, 30.0, cfg)
     assert state.note == "counters reset: learning a new baseline"
     assert state.anchor == after.spec
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.29.0", "0.33.0"])
+def test_a_tool_call_parser_under_disable_log_stats_is_still_no_stats(version: str) -> None:
+    """With ``--tool-call-parser`` the API server registers its own ``vllm:`` counter even
+    under ``--disable-log-stats``: the page still has no stats, and is said so."""
+    text = (PAGES / version / "tool-parser.prom").read_text()
+    assert "vllm:tool_call_parser_invocations_total{" in text
+    with pytest.raises(NoStats, match="--disable-log-stats"):
+        parse(text)
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.29.0", "0.33.0"])
+def test_a_sleeping_engine_is_read_as_sleeping(version: str) -> None:
+    asleep, awake = page(version, "sleeping"), page(version, "k5")
+    assert asleep.sleeping and asleep.sleep_level == 1  # /sleep?level=1: weights offloaded
+    assert not awake.sleeping and awake.sleep_level is None
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.29.0", "0.33.0"])
+def test_queue_limits_and_why_requests_wait(version: str) -> None:
+    m = page(version, "queue-limits")
+    assert m.waiting_by_reason == {"capacity": 0.0, "deferred": 2.0}
+    assert m.waiting == 2.0  # the sum of both reasons
+    if version == "0.33.0":
+        assert m.rejections == {"max_num_queued_reqs": 3.0, "max_num_queued_tokens": 1.0}
+    else:  # admission_rejections_total is 0.33's
+        assert m.rejections == {}
+    assert page(version, "k5").rejections == (
+        {}
+        if version != "0.33.0"
+        else dict.fromkeys(("max_num_queued_reqs", "max_num_queued_tokens"), 0.0)
+    )
+
+
+def test_the_per_request_payload_is_the_same_from_0_29_0() -> None:
+    """``--per-request-spec-decode-metrics`` came in 0.29.0 (vllm#48915), not 0.33: its payload,
+    made by each release's own classes for the same steps, is the same in both."""
+    payloads = [(PAGES / v / "spec-decode-metrics.json").read_text() for v in ("0.29.0", "0.33.0")]
+    assert payloads[0] == payloads[1]
+    assert not (PAGES / "0.28.0" / "spec-decode-metrics.json").exists()

@@ -10,6 +10,7 @@ from sparkwarden.adapters.host import DROP_CACHES, Host
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm import doctor_rules, serve_flags
+from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.doctor_rules import Finding, vllm_config_file
 
 #: Where the Docker engine listens (a member of group docker may use it; others may not).
@@ -64,8 +65,15 @@ def gather(config: Config) -> list[Finding]:
                 argv = doctor_rules.command_line(attrs)
                 yaml_config, problem = vllm_config_file(attrs, argv)
                 flags = serve_flags.read(argv, yaml_config)
+                running = bool((attrs.get("State") or {}).get("Running"))
                 findings += doctor_rules.check_llm(
-                    name, attrs, total, flags, config.llm.stop_timeout, problem
+                    name,
+                    attrs,
+                    total,
+                    flags,
+                    config.llm.stop_timeout,
+                    problem,
+                    release(config) if running else None,
                 )
     except SparkwardenError as exc:
         theirs = not os.access(DOCKER_SOCKET, os.R_OK | os.W_OK)
@@ -86,6 +94,15 @@ def gather(config: Config) -> list[Finding]:
     finally:
         docker.close()
     return findings
+
+
+def release(config: Config) -> str | None:
+    """What the engine at ``llm.base_url`` says it is (``GET /version``; open, no key)."""
+    client = VllmClient(config.llm.base_url)
+    try:
+        return client.version(timeout=5.0)
+    finally:
+        client.close()
 
 
 def run(config: Config, as_json: bool) -> int:

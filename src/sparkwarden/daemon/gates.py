@@ -39,6 +39,8 @@ def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
 
 
 Verdict = Literal["none", "dropped", "wait", "go"]
+#: what a planned restart waits for while the engine sleeps (status shows it as the drain's note)
+ASLEEP = "the engine sleeps (put to sleep on purpose): a planned restart waits for it to wake"
 
 
 def _admit(
@@ -115,7 +117,14 @@ def gate(
     assert pending is not None
     if pending.reason in PLANNED:
         drain = pending.drain
-        if drain is None:
+        if sample is not None and sample.engine is not None and sample.engine.sleeping:
+            # put to sleep on purpose (its memory lent elsewhere): a planned restart would wake
+            # it; it waits, and its drain starts afresh once the engine is awake again
+            if drain is None or drain.note != ASLEEP:
+                intents.append(Say("info", "restart_waits_for_wake", {"reason": pending.reason}))
+            asleep = triggers.DrainState(started=t, note=ASLEEP)
+            return replace(mind, pending=replace(pending, drain=asleep)), intents
+        if drain is None or drain.note == ASLEEP:
             drain = triggers.DrainState(started=t)
             intents.append(Say("info", "draining", {"reason": pending.reason}))
         if sample is not None:

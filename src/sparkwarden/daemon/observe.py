@@ -136,6 +136,9 @@ class Observer:
         self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
+        #: the engine's release (GET /version), read once per container start
+        self.release: str | None = None
+        self._release_of: tuple[str, object] | None = None
 
     def look(self, t: float, last_container: str | None) -> Observation:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
@@ -174,6 +177,7 @@ class Observer:
         if t >= self.due["metrics"] or eager:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
+            self._read_release(seen.active, scrape)
         if t >= self.due["health"]:
             self.due["health"] = t + cfg.health.interval
             check = self._check_health(t, confirm_stall, stuck)
@@ -193,6 +197,13 @@ class Observer:
             log.warning("metrics_unusable", note=scrape.note)
         self.last_scrape = scrape
         return scrape
+
+    def _read_release(self, active: ContainerState | None, scrape: Scrape) -> None:
+        """``GET /version`` once the engine serves its page, once per container start."""
+        started = (active.id, active.started_at) if active else None
+        if scrape.engine is not None and started != self._release_of:
+            self.release = self.parts.vllm.version(timeout=self.config.health.timeout)
+            self._release_of = started if self.release else None
 
     def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
         """/health, and the chat canary when due and the engine is idle enough to spare it, or

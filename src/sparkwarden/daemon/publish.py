@@ -34,6 +34,7 @@ from sparkwarden.surfaces.snapshot import (
     NextRestart,
     Snapshot,
     State,
+    engine_view,
 )
 
 log = logs.get("sparkwarden.daemon")
@@ -171,6 +172,7 @@ def build(
             else None
         ),
         booting=booting if running else None,
+        engine=engine_view(observer.release, observer.last_scrape.engine),
     )
 
 

@@ -125,7 +125,11 @@ def health_observe(
     confirmed by one real chat request: vLLM's ``num_requests_running`` can stay above 0 after
     every request was aborted (#22545, #29928), and an engine with a stuck gauge still answers.
     So a suspected stall sets ``suspect`` (the daemon sends the chat at the next check, busy or
-    not); a failed chat restarts, an answered one is reported as a stuck gauge, not restarted."""
+    not); a failed chat restarts, an answered one is reported as a stuck gauge, not restarted.
+
+    An engine put to sleep (``vllm:engine_sleep_state`` awake 0) answers ``/health`` 200 and
+    refuses chats: it is reported as sleeping; its refused chats and frozen tokens are no
+    failures, only ``/health`` failing still is."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
     if uptime_s < boot_grace:
@@ -143,8 +147,10 @@ def health_observe(
     if metrics is not None and metrics.running == 0:
         state = replace(state, stuck_gauge=None)
     state = replace(state, progress=progress, progress_since=since)
+    asleep = metrics is not None and metrics.sleeping
     frozen = (
         metrics is not None
+        and not asleep
         and bool(metrics.running)
         and since is not None
         and t - since >= cfg.stall_after
@@ -174,8 +180,11 @@ def health_observe(
         failure = f"/health: {health.detail}"
     elif health is not None and health.status == "no-answer" and not busy:
         failure = f"/health: {health.detail} while idle"
-    elif canary is not None and not canary.ok:
+    elif canary is not None and not canary.ok and not asleep:
         failure = f"chat canary: {canary.detail}"
+    if failure is None and asleep and metrics is not None:
+        note = f"sleeping (level {metrics.sleep_level}): put to sleep, not restarted"
+        return replace(state, failures=0, last=note), None
     if failure is None:
         note = "busy: a slow /health is not counted" if health and health.status != "up" else "ok"
         return replace(state, failures=0, last=state.stuck_gauge or note), None

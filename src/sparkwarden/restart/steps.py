@@ -362,7 +362,10 @@ def in_flight(metrics_text: str | None) -> int | None:
 def in_flight_note(running: int, shutdown_grace: float | None) -> str:
     """What happened to the requests a planned stop found running (the drain's deadline passed)."""
     if shutdown_grace:
-        return f"{running} request(s) running, given up to {shutdown_grace:g}s to finish"
+        return (
+            f"{running} request(s) running, given up to {shutdown_grace:g}s to finish; "
+            "requests arriving meanwhile were answered empty (finish_reason abort)"
+        )
     return (
         f"{running} request(s) running and cut: the engine has no --shutdown-timeout "
         "(vLLM aborts running requests at SIGTERM without one)"

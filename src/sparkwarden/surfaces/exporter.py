@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from sparkwarden.adapters.host import GIB
 from sparkwarden.restart.journal import RunResult
 from sparkwarden.restart.step_names import STEPS
-from sparkwarden.surfaces.snapshot import STATES, Snapshot
+from sparkwarden.surfaces.snapshot import STATES, EngineView, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
 
@@ -142,6 +142,7 @@ class SnapshotCollector(Collector):
             "(llm.restart_policy = leave, or a take-over that failed)",
             float(len(s.restart_policy.at_risk)),
         )
+        yield from engine_families(s.engine)
         yield gauge(
             "sparkwarden_budget_used", "Automatic runs in the budget window", float(budget.used)
         )
@@ -176,6 +177,51 @@ class SnapshotCollector(Collector):
                 if step["name"] in STEPS and step["duration_s"] is not None:
                     steps.add_metric([step["name"]], float(step["duration_s"]))
             yield steps
+
+
+def engine_families(engine: EngineView | None) -> Iterator[Any]:
+    """What the engine says of itself, passed on: its release, sleep, and the users its queue
+    limits turned away (vLLM's own counter: it starts again at 0 with the engine)."""
+    if engine is None:
+        return
+    if engine.release:
+        info = GaugeMetricFamily(
+            "sparkwarden_engine_info",
+            "The vLLM release answering (GET /version)",
+            labels=["release"],
+        )
+        info.add_metric([engine.release], 1.0)
+        yield info
+    yield gauge(
+        "sparkwarden_engine_sleeping",
+        "1 while the engine is put to sleep (vllm:engine_sleep_state): not restarted",
+        1.0 if engine.sleeping else 0.0,
+    )
+    yield by_reason(
+        CounterMetricFamily(
+            "sparkwarden_engine_admission_rejections",
+            "Requests the engine's queue limits turned away with 503, by reason (vLLM 0.33.0 on)",
+            labels=["reason"],
+        ),
+        engine.rejections,
+    )
+    yield by_reason(
+        GaugeMetricFamily(
+            "sparkwarden_engine_requests_waiting",
+            "Requests waiting in the engine, by reason (capacity, deferred)",
+            labels=["reason"],
+        ),
+        engine.waiting_by_reason,
+    )
+
+
+Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily)
+
+
+def by_reason(family: Family, counts: dict[str, float]) -> Family:
+    for reason, count in counts.items():
+        family.add_metric([reason], count)
+    return family
 
 
 def last_finished_ok(run_counts: list[dict[str, Any]]) -> float | None:

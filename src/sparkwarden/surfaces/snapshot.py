@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from sparkwarden.restart.docker_policy import PolicyView
+from sparkwarden.vllm.metrics import EngineMetrics
 
 State = Literal[
     "starting", "idle", "waiting", "draining", "restarting", "held", "gave up", "reboot required"
@@ -89,6 +90,29 @@ class GatewayView:
 
 
 @dataclass(frozen=True)
+class EngineView:
+    """What the engine says of itself: its release (``GET /version``), whether it was put to
+    sleep (it then answers ``/health`` and is not restarted), and the users its queue limits
+    turned away (``--max-num-queued-reqs/-tokens``, vLLM 0.33.0 on), with why requests wait."""
+
+    release: str | None
+    sleeping: bool
+    sleep_level: int | None
+    rejections: dict[str, float]
+    waiting_by_reason: dict[str, float]
+
+
+def engine_view(release: str | None, metrics: EngineMetrics | None) -> EngineView:
+    return EngineView(
+        release,
+        bool(metrics and metrics.sleeping),
+        metrics.sleep_level if metrics else None,
+        dict(metrics.rejections) if metrics else {},
+        dict(metrics.waiting_by_reason) if metrics else {},
+    )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     written_at: str
     daemon: DaemonView
@@ -110,6 +134,7 @@ class Snapshot:
     gateway: GatewayView | None = None  # the users' path, with a [gateway]
     #: a run waiting for the started engine: run, reason, why, waited_s, health_timeout_s
     booting: dict[str, Any] | None = None
+    engine: EngineView | None = None  # what the engine says of itself (release, sleep, queue)
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

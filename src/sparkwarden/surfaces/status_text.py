@@ -171,6 +171,7 @@ def format_text(s: dict[str, Any]) -> str:
         lines.append(f"             {llm['note']}")
     lines.extend(_policy_lines(s.get("restart_policy") or {}))
     lines.append(f"health:      {llm.get('health') or '-'}")
+    lines += _engine_lines(s.get("engine") or {})
     if llm.get("last_probe"):
         lines.append(f"last probe:  {llm['last_probe']}")
     gateway = s.get("gateway")
@@ -255,6 +256,24 @@ def inert(text: str) -> str:
     """``text`` with every control character shown as ``\\xNN``: what a member wrote (a hold
     reason) or an engine answered never moves root's cursor, clears a screen or sets a title."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _engine_lines(engine: dict[str, Any]) -> list[str]:
+    """What the engine says of itself: release, sleep, users turned away by its queue limits."""
+    if not engine:
+        return []
+    said = f"vLLM {engine['release']}" if engine.get("release") else "vLLM (release unknown)"
+    if engine.get("sleeping"):
+        said += f", SLEEPING (level {engine.get('sleep_level')}): not restarted"
+    lines = [f"engine:      {said}"[:79]]
+    refused = engine.get("rejections") or {}
+    waiting = engine.get("waiting_by_reason") or {}
+    if refused or waiting:
+        parts = [f"turned away {sum(refused.values()):g}"] if refused else []
+        parts += [f"{why} {n:g}" for why, n in refused.items() if n]
+        parts += [f"waiting for {why} {n:g}" for why, n in waiting.items() if n]
+        lines.append(f"queue:       {', '.join(parts) or 'nobody waiting'}"[:79])
+    return lines
 
 
 def _policy_lines(policy: dict[str, Any]) -> list[str]:

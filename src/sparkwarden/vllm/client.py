@@ -22,6 +22,12 @@ from sparkwarden.vllm.spec_payload import Answer, OwnStats
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
 
 PROBE_PROMPT = "Reply with the single word: ready"
+#: What vLLM answers a request that arrives while it drains after SIGTERM (``--shutdown-timeout``
+#: above 0; ``EngineCore._reject_add_in_shutdown``, vllm/v1/engine/core.py 0.33.0:1785, 0.28.0:1539)
+ABORTED = "finish_reason is 'abort': the engine is draining after SIGTERM, or aborted it"
+#: The same answer through a gateway that maps finish reasons it does not know to ``stop``
+#: (LiteLLM 1.108: ``map_finish_reason``): nothing generated, yet no error.
+EMPTY = "an empty answer with no token generated (an aborted request, through a gateway)"
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,22 @@ def interpret_chat(status_code: int, text: str) -> ChatOutcome:
     if not isinstance(msg, dict) or not isinstance(msg.get("content"), str | None):
         return ChatOutcome(False, "HTTP 200 but choices[0].message is malformed")
     finish = choice.get("finish_reason")
+    if finish == "abort":
+        return ChatOutcome(False, f"HTTP 200 but {ABORTED}")
     if finish not in ("stop", "length"):
         return ChatOutcome(False, f"HTTP 200 but finish_reason is {finish!r}")
     content = msg.get("content") or ""
+    if not content and completion_tokens(text) == 0:
+        return ChatOutcome(False, f"HTTP 200 but {EMPTY}")
     return ChatOutcome(True, f"answered {content[:40]!r} (finish_reason {finish})", content)
+
+
+def release_named(payload: object) -> str | None:
+    """The release from ``GET /version`` (``{"version": "0.33.0"}`` in every release read,
+    0.10.2 to 0.33.0); None when the answer is not that."""
+    if isinstance(payload, dict) and isinstance(payload.get("version"), str):
+        return str(payload["version"])[:64]
+    return None
 
 
 def first_model(payload: object) -> str | None:
@@ -159,6 +177,15 @@ class VllmClient:
         try:
             response = self._http.get("/v1/models", timeout=timeout)
             return first_model(response.json()) if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def version(self, timeout: float = 10.0) -> str | None:
+        """Which vLLM release answers (``GET /version``, open like ``/health``): what flags,
+        payloads and ``/health`` to expect. None when it does not say."""
+        try:
+            response = self._http.get("/version", timeout=timeout)
+            return release_named(response.json()) if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
 

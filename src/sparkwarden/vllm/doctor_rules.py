@@ -4,6 +4,7 @@ data, the config and the host's memory, each finding with a severity and a one-l
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -14,15 +15,23 @@ import yaml
 from sparkwarden.base.columns import fit
 from sparkwarden.base.containers import FIGHTING
 from sparkwarden.config.schema import Config
-from sparkwarden.vllm import serve_flags
+from sparkwarden.vllm import releases, serve_flags
 
 Severity = Literal["error", "warning", "info"]
 ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
-#: Above this, the OS (in the same unified memory) starves: SSH hangs, the box may lock up.
+#: The field's house rule: never reserve more; the OS lives in the same unified memory.
 MAX_GPU_UTIL = 0.80
-RISKY_SEQS = 8
-#: After ``--shutdown-timeout``, vLLM still tears its engine down (it kills it after ~5 s).
+#: Past this share of memory in use the box stops spawning processes (SSH hangs, ports never open).
+LOCKUP_SHARE = 0.85
+#: The least share of memory one sequence's drafter scratch takes, outside what
+#: ``--gpu-memory-utilization`` reserves: the field's hard lock-up at 0.80 with 4 parallel DFlash
+#: sequences puts 0.80 + 4 x share at the 0.85 line, so share >= 0.05 / 4 (1.5 GiB of 121).
+DRAFTER_SHARE = (LOCKUP_SHARE - MAX_GPU_UTIL) / 4
+#: vLLM's ``max_num_seqs`` when not given (the OpenAI server's default on a GPU)
+DEFAULT_SEQS = 256
+#: After ``--shutdown-timeout`` vLLM still tears its engine down (with 0 it kills the engine core
+#: at once, vllm/v1/utils.py ``shutdown``); the stop must leave room for that teardown.
 SHUTDOWN_MARGIN = 30.0
 AUTOHEAL_LABELS = ("autoheal", "autoheal.stop.timeout", "com.centurylinklabs.watchtower.enable")
 
@@ -61,7 +70,7 @@ def host_path(attrs: dict[str, Any], path: str) -> str | None:
 
 
 def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
-    """vLLM's ``--shutdown-timeout`` (0.33+): how long it lets running requests finish after
+    """vLLM's ``--shutdown-timeout`` (0.27.0 on): how long it lets running requests finish after
     SIGTERM (0, its default, aborts them). None when not given, or given as no number."""
     if "shutdown-timeout" not in flags:
         return None
@@ -71,6 +80,13 @@ def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
         return None
 
 
+def image_release(attrs: dict[str, Any]) -> str | None:
+    """The release an image's tag names (``vllm/vllm-openai:v0.33.0``), if it names one."""
+    image = str((attrs.get("Config") or {}).get("Image") or "")
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    return tag.lstrip("v") if releases.parse(tag) else None
+
+
 def check_llm(
     name: str,
     attrs: dict[str, Any],
@@ -78,16 +94,31 @@ def check_llm(
     flags: Mapping[str, str],
     stop_timeout: float | None = None,
     config_problem: str | None = None,
+    release: str | None = None,
 ) -> list[Finding]:
-    """``flags``: the engine's command line and ``--config`` file read by :mod:`vllmflags`;
+    """``flags``: the engine's command line and ``--config`` file read by :mod:`serve_flags`;
     ``stop_timeout``: sparkwarden's ``llm.stop_timeout``; ``config_problem``: why the
-    ``--config`` file could not be read, if it could not."""
+    ``--config`` file could not be read, if it could not; ``release``: what the engine's
+    ``GET /version`` said (None: it did not answer; the image's tag is tried instead)."""
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
     found: list[Finding] = []
 
     def add(severity: Severity, check: str, message: str, fix: str) -> None:
         found.append(Finding(severity, name, check, message, fix))
+
+    said, source = (release, "GET /version") if release else (image_release(attrs), "image tag")
+    version = releases.parse(said)
+    if version is not None:
+        add("info", "vllm-release", f"vLLM {said} (from its {source})", "none needed")
+    else:
+        add(
+            "info",
+            "vllm-release",
+            f"vLLM release unknown (no answer at GET /version, no release in the image tag): "
+            f"judged as {releases.name(releases.NEWEST)}, the newest release sparkwarden knows",
+            "start the engine, then run doctor again",
+        )
 
     if config_problem is not None:
         add(
@@ -107,52 +138,10 @@ def check_llm(
             "stalled engine, nor drafting health",
             "remove --disable-log-stats (the stat logger costs little)",
         )
-    util_text = flags.get("gpu-memory-utilization")
-    if util_text is not None:
-        try:
-            util = float(util_text)
-        except ValueError:
-            util = None
-        if util is not None:
-            reserved = util * mem_total_gib
-            left = mem_total_gib - reserved
-            if util > MAX_GPU_UTIL:
-                add(
-                    "error",
-                    "gpu-memory-utilization",
-                    f"--gpu-memory-utilization {util:g} reserves {reserved:.0f} of "
-                    f"{mem_total_gib:.0f} GiB, leaving {left:.0f} GiB for the OS and drafter "
-                    "scratch: past ~0.85 in use the box stops spawning processes",
-                    f"use --gpu-memory-utilization {MAX_GPU_UTIL:g} or less",
-                )
-            else:
-                add(
-                    "info",
-                    "gpu-memory-utilization",
-                    f"--gpu-memory-utilization {util:g} reserves {reserved:.0f} of "
-                    f"{mem_total_gib:.0f} GiB ({left:.0f} GiB left)",
-                    "none needed",
-                )
-    method = speculative_method(serve_flags.speculative(flags))
-    seqs_text = flags.get("max-num-seqs")
-    seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else None
-    if method and (seqs is None or seqs > RISKY_SEQS):
-        add(
-            "warning",
-            "drafter-scratch",
-            f"speculative decoding ({method}) with --max-num-seqs {seqs or 'default (256)'}: the "
-            "drafter's per-sequence scratch is allocated outside --gpu-memory-utilization",
-            f"lower --max-num-seqs (e.g. {RISKY_SEQS}) or leave room for seqs x drafter scratch",
-        )
-    if method and flags.get("per-request-spec-decode-metrics", "none") == "none":
-        add(
-            "info",
-            "per-request-spec-decode-metrics",
-            "the drafting canary reads vLLM's counters, which count only while the engine is "
-            "idle: on a busy box it waits for idle spells (hours), and a user arriving spoils it",
-            "add --per-request-spec-decode-metrics summary (vLLM 0.33.0 has it, 0.28.0 does "
-            "not): each answer then carries its own acceptance, and a canary counts under load",
-        )
+    found += _memory(name, flags, mem_total_gib, version)
+    spec = serve_flags.speculative(flags)
+    if spec is not None:
+        found += _speculative(name, flags, spec, version)
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
     if policy in FIGHTING:
         add(
@@ -199,18 +188,167 @@ def check_llm(
     return found
 
 
-def speculative_method(spec: dict[str, Any] | None) -> str | None:
-    if spec is None:
-        return None
+def gpu_utilization(
+    flags: Mapping[str, str], version: releases.Release | None
+) -> tuple[float | None, str]:
+    """The share vLLM reserves, and how it was set: written, or the release's default."""
+    text = flags.get("gpu-memory-utilization")
+    if text is None:
+        default = releases.default_gpu_memory_utilization(version)
+        which = releases.name(version or releases.NEWEST)
+        return default, f"no --gpu-memory-utilization: vLLM {which}'s default {default:g}"
+    try:
+        return float(text), f"--gpu-memory-utilization {text}"
+    except ValueError:
+        return None, f"--gpu-memory-utilization {text!r}"
+
+
+def _memory(
+    name: str, flags: Mapping[str, str], total: float, version: releases.Release | None
+) -> list[Finding]:
+    """What the engine reserves of the unified memory, written or vLLM's default."""
+    util, said = gpu_utilization(flags, version)
+    if util is None:
+        return [Finding("error", name, "gpu-memory-utilization", f"{said} is not a number", "")]
+    reserved, left = util * total, total - util * total
+    figures = f"{said} reserves {reserved:.0f} of {total:.0f} GiB ({left:.0f} GiB left)"
+    if util > MAX_GPU_UTIL:
+        return [
+            Finding(
+                "error",
+                name,
+                "gpu-memory-utilization",
+                f"{figures}, for the OS and drafter scratch: past ~{LOCKUP_SHARE:g} in use "
+                "the box stops spawning processes",
+                f"use --gpu-memory-utilization {MAX_GPU_UTIL:g} or less",
+            )
+        ]
+    return [Finding("info", name, "gpu-memory-utilization", figures, "none needed")]
+
+
+def _speculative(
+    name: str,
+    flags: Mapping[str, str],
+    spec: dict[str, Any],
+    version: releases.Release | None,
+) -> list[Finding]:
+    """The drafter's scratch against what is left under the lock-up line, for every method and
+    spelling; the spellings and merges vLLM refuses or that only forks accept."""
+    found: list[Finding] = []
     if not spec:
-        return "unparsed --speculative-config"
-    return str(spec.get("method") or "speculative decoding")
+        found.append(
+            Finding(
+                "warning",
+                name,
+                "speculative-config",
+                f"--speculative-config {flags.get('speculative-config')!r} is not JSON: its "
+                "method and drafter are unknown (vLLM refuses it at start)",
+                "write it as JSON, or as dotted keys (-sc.method mtp)",
+            )
+        )
+        return found
+    for clash in serve_flags.spec_conflicts(flags):
+        found.append(
+            Finding(
+                "error",
+                name,
+                "speculative-flags",
+                f"{clash} are mutually exclusive: vLLM refuses to start",
+                "give each key once",
+            )
+        )
+    old = [f"--{f}" for f in serve_flags.OLD_SPEC_FLAGS if f in flags]
+    if old:
+        found.append(
+            Finding(
+                "info",
+                name,
+                "speculative-spelling",
+                f"{' '.join(old)}: the old spelling, which released vLLM 0.12.0 to 0.33.0 "
+                "refuse (this image's build accepts it); read as the speculative config's "
+                "model and num_speculative_tokens",
+                "on released vLLM write --spec-model X --spec-tokens N (0.27.0 on) or "
+                "--speculative-config",
+            )
+        )
+    method = serve_flags.method(spec)
+    how = "" if spec.get("method") else f", inferred from the drafter {spec.get('model')!r}"
+    what = f"speculative decoding ({method}{how})"
+    if method in serve_flags.NO_DRAFTER:
+        found.append(
+            Finding("info", name, "drafter-scratch", f"{what}: no draft model, no scratch", "none")
+        )
+    else:
+        found += _drafter_scratch(name, flags, what, version)
+    if flags.get("per-request-spec-decode-metrics", "none") == "none":
+        since = releases.name(releases.PER_REQUEST_SPEC_DECODE)
+        has = releases.has(version, releases.PER_REQUEST_SPEC_DECODE)
+        which = (
+            ""
+            if version is None
+            else f"; {releases.name(version)} " + ("has it" if has else "does not")
+        )
+        found.append(
+            Finding(
+                "info",
+                name,
+                "per-request-spec-decode-metrics",
+                "the drafting canary reads vLLM's counters, which count only while the engine "
+                "is idle: on a busy box it waits for idle spells (hours), and a user arriving "
+                "spoils it",
+                f"add --per-request-spec-decode-metrics summary (vLLM {since} on{which}): each "
+                "answer then carries its own acceptance, and a canary counts under load",
+            )
+        )
+    return found
+
+
+def _drafter_scratch(
+    name: str, flags: Mapping[str, str], what: str, version: releases.Release | None
+) -> list[Finding]:
+    util, _ = gpu_utilization(flags, version)
+    seqs_text = flags.get("max-num-seqs")
+    seqs = int(seqs_text) if seqs_text and seqs_text.isdigit() else DEFAULT_SEQS
+    seqs_said = seqs_text if seqs_text and seqs_text.isdigit() else f"default ({DEFAULT_SEQS})"
+    if util is None:
+        return []
+    need = util + seqs * DRAFTER_SHARE
+    if need < LOCKUP_SHARE:
+        return [
+            Finding(
+                "info",
+                name,
+                "drafter-scratch",
+                f"{what}: {util:g} reserved + {seqs} sequences x {DRAFTER_SHARE:.4g} of drafter "
+                f"scratch = {need:.2f}, under the {LOCKUP_SHARE:g} line",
+                "none needed",
+            )
+        ]
+    fits = math.ceil((LOCKUP_SHARE - util) / DRAFTER_SHARE) - 1
+    lower = round(LOCKUP_SHARE - (seqs + 1) * DRAFTER_SHARE, 2)
+    fix = (
+        f"lower --max-num-seqs to {fits} or less"
+        if fits >= 1
+        else f"lower --gpu-memory-utilization to {max(lower, 0.0):g}"
+    )
+    return [
+        Finding(
+            "warning",
+            name,
+            "drafter-scratch",
+            f"{what} with --max-num-seqs {seqs_said}: the drafter's per-sequence scratch (at "
+            f"least {DRAFTER_SHARE:.4g} of memory each: the field's lock-up at 0.80 with 4 "
+            f"DFlash sequences) lies outside --gpu-memory-utilization: {util:g} + {seqs} x "
+            f"{DRAFTER_SHARE:.4g} = {need:.2f}, at or past the {LOCKUP_SHARE:g} line",
+            fix,
+        )
+    ]
 
 
 def _shutdown(
     name: str, flags: Mapping[str, str], container_stop: float | None, stop_timeout: float | None
 ) -> list[Finding]:
-    """A stop timeout shorter than vLLM's own drain (``--shutdown-timeout``, 0.33+) plus its
+    """A stop timeout shorter than vLLM's own drain (``--shutdown-timeout``, 0.27.0 on) plus its
     teardown SIGKILLs the engine while running requests finish."""
     try:
         drain = serve_flags.shutdown_timeout(flags)
@@ -219,11 +357,23 @@ def _shutdown(
     if drain <= 0:
         return []
     need = drain + SHUTDOWN_MARGIN
+    found = [
+        Finding(
+            "info",
+            name,
+            "drain-answers",
+            f"--shutdown-timeout {drain:g}: while vLLM lets running requests finish after "
+            "SIGTERM, a new request gets an empty answer at once (HTTP 200, finish_reason "
+            "'abort'; through LiteLLM: 'stop'), not an error (vllm/v1/engine/core.py "
+            "_reject_add_in_shutdown)",
+            "none: the price of not cutting running requests; sparkwarden's drain waits for "
+            "quiet first, and vLLM's lasts only as long as the longest running request",
+        )
+    ]
     why = (
         f"is shorter than --shutdown-timeout {drain:g}s plus {SHUTDOWN_MARGIN:g}s of teardown: "
         "the stop SIGKILLs vLLM while it lets running requests finish"
     )
-    found = []
     if stop_timeout is not None and stop_timeout < need:
         found.append(  # the sequence stops with the longer timeout itself: only said
             Finding(

@@ -1,12 +1,23 @@
 """vLLM's command line read as vLLM reads it, so doctor (and anything else) finds a flag in
 whatever spelling an operator used.
 
-vLLM 0.10 to 0.33 accept: ``--flag value``, ``--flag=value``, underscores for dashes, short
-aliases (``-sc`` for ``--speculative-config`` from 0.33, ``-tp``, ...), dotted keys merged into a
-JSON flag (``--speculative-config.method dflash``), and ``--config file.yaml`` whose keys are
-flags that the command line overrides. Operators also wrap the whole command in a shell string
-(``bash -c "vllm serve ..."``), which Docker then shows as three words. Pure: the YAML file is
-read by the caller (it lives on the container's mounts) and passed in as a mapping.
+Spellings, as the released code parses them (``vllm/utils/argparse_utils.py``,
+``vllm/engine/arg_utils.py``; the lines per release are in docs/notes-27.md):
+
+- ``--flag value``, ``--flag=value``, underscores for dashes;
+- short aliases: ``-sc`` for ``--speculative-config`` (0.27.0 on), ``-cc`` for
+  ``--compilation-config``, ``-tp``, ...; ``-O3``, ``-O 3``, ``-O=3`` for ``--optimization-level``
+  (0.12.0 on; 0.12.0 also took ``-O.key`` for ``-cc.key``);
+- dotted keys merged into a JSON flag: ``--speculative-config.method dflash``, and on the alias
+  ``-sc.method dflash``;
+- ``--spec-method``, ``--spec-model``, ``--spec-tokens`` merged into the speculative config
+  (0.27.0 on), and the old ``--speculative-model X --num-speculative-tokens N``, which no release
+  from 0.12.0 to 0.33.0 accepts but forked images (the DFlash report's) still do;
+- ``--config file.yaml``, whose keys are flags that the command line overrides;
+- the whole command wrapped in a shell string (``bash -c "vllm serve ..."``), which Docker shows
+  as three words.
+
+Pure: the YAML file is read by the caller (it lives on the container's mounts) and passed in.
 """
 
 from __future__ import annotations
@@ -16,16 +27,23 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: vLLM's short aliases (``vllm/engine/arg_utils.py``, 0.33)
+#: vLLM's short aliases (``vllm/engine/arg_utils.py``: 0.33.0 lines 992-1891, the same in 0.27.0 to
+#: 0.29.0; ``-sc`` is absent from 0.12.0)
 ALIASES: Mapping[str, str] = {
     "-sc": "speculative-config",
+    "-cc": "compilation-config",
+    "-ac": "attention-config",
+    "-dc": "diffusion-config",
     "-tp": "tensor-parallel-size",
     "-pp": "pipeline-parallel-size",
     "-dp": "data-parallel-size",
     "-ep": "enable-expert-parallel",
     "-q": "quantization",
-    "-O": "compilation-config",
+    "-n": "nnodes",
+    "-r": "node-rank",
 }
+#: ``-O`` is ``--optimization-level`` (argparse_utils.py 0.33.0:395-409), never a JSON flag.
+OPTIMIZATION = "optimization-level"
 #: Flags that take no value: the next word is not theirs.
 SWITCHES = frozenset(
     {
@@ -39,16 +57,30 @@ SWITCHES = frozenset(
         "trust-remote-code",
         "enable-expert-parallel",
         "enable-auto-tool-choice",
+        "enable-sleep-mode",
         "headless",
     }
 )
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
-#: vLLM's default when ``--shutdown-timeout`` is absent (0.33: abort in-flight requests at once)
+#: vLLM's default when ``--shutdown-timeout`` is absent (``vllm/config/vllm.py`` 0.33.0:454: 0,
+#: abort in-flight requests and kill the engine core at once)
 SHUTDOWN_TIMEOUT_DEFAULT = 0.0
+#: Flags merged into the speculative config, and the key each sets: vLLM's own
+#: (``create_speculative_config``, arg_utils.py 0.33.0:2109, from 0.27.0) and the old V0 spelling
+#: (no release 0.12.0 to 0.33.0 accepts it; forked images such as the DFlash report's do).
+SPEC_FLAGS: Mapping[str, str] = {
+    "spec-method": "method",
+    "spec-model": "model",
+    "spec-tokens": "num_speculative_tokens",
+    "speculative-model": "model",
+    "num-speculative-tokens": "num_speculative_tokens",
+}
+OLD_SPEC_FLAGS = ("speculative-model", "num-speculative-tokens")
 
 
 def canonical(name: str) -> str:
-    """A flag's name as vLLM's help spells it: dashes, no leading ``--``."""
+    """A flag's name as vLLM's help spells it: dashes, no leading ``--``; an alias resolved."""
+    name = ALIASES.get(name, name)
     return name.lstrip("-").replace("_", "-")
 
 
@@ -91,6 +123,8 @@ def read(argv: Sequence[str], config: Mapping[str, Any] | None = None) -> dict[s
             flags[canonical(str(key))] = json.dumps(value)
         elif value is not None:
             flags[canonical(str(key))] = str(value)
+    #: dotted groups by the head as written (vLLM files ``-sc.x`` under ``-sc``, apart from
+    #: ``--speculative-config.y``), in the order first seen: vLLM appends them in that order
     dotted: dict[str, dict[str, Any]] = {}
     words = unwrap(argv)
     i = 0
@@ -99,22 +133,46 @@ def read(argv: Sequence[str], config: Mapping[str, Any] | None = None) -> dict[s
         i += 1
         if not word.startswith("-") or word in ("-", "--"):
             continue
+        if word.startswith("-O") and not word.startswith("-O."):
+            level, i = _optimization(word, words, i)
+            if level is not None:
+                flags[OPTIMIZATION] = level
+            continue
         name, eq, value = word.partition("=")
-        name = ALIASES.get(name, name)
-        if not eq:
-            if canonical(name) not in SWITCHES and i < len(words) and not _is_flag(words[i]):
+        if name.startswith("-O."):  # 0.12.0: -O.key is -cc.key (deprecated there, gone after)
+            name = "-cc" + name[2:]
+        if not eq:  # a dotted key takes the next word, whatever it is (0.33.0:469)
+            dotted_key = "." in name
+            if i < len(words) and (dotted_key or (_takes_value(name) and not _is_flag(words[i]))):
                 value = words[i]
                 i += 1
             else:
                 value = "true"
         if "." in name:  # --speculative-config.num_speculative_tokens 15: keys kept as written
             head, _, path = name.partition(".")
-            _nest(dotted.setdefault(canonical(head), {}), path.split("."), _json_or_text(value))
+            head = "--" + canonical(head) if head.startswith("--") else head
+            parsed = _json_or_text(value)
+            if path.endswith("+"):  # --x.key+ a,b: a list, appended to (argparse_utils 0.33.0:472)
+                path, parsed = path[:-1], value.split(",")
+            _nest(dotted.setdefault(head, {}), path.split("."), parsed)
         else:
             flags[canonical(name)] = value
-    for key, nested in dotted.items():  # vLLM appends them after the command line: they win
-        flags[key] = json.dumps(nested)
+    for head, nested in dotted.items():  # vLLM appends them after the command line: they win
+        flags[canonical(head)] = json.dumps(nested)
     return flags
+
+
+def _optimization(word: str, words: list[str], i: int) -> tuple[str | None, int]:
+    """``-O3``, ``-O=3``, ``-Odecode``, or ``-O`` followed by 0-3 (argparse_utils.py 0.33.0:395)."""
+    if word != "-O":
+        return (word[3:] if word[2] == "=" else word[2:]), i
+    if i < len(words) and words[i] in ("0", "1", "2", "3"):
+        return words[i], i + 1
+    return None, i
+
+
+def _takes_value(name: str) -> bool:
+    return canonical(name) not in SWITCHES
 
 
 def _is_flag(word: str) -> bool:
@@ -139,7 +197,10 @@ def _json_or_text(text: str) -> Any:
 def _nest(into: dict[str, Any], path: list[str], value: Any) -> None:
     for key in path[:-1]:
         into = into.setdefault(key, {})
-    into[path[-1]] = value
+    if isinstance(value, list) and isinstance(into.get(path[-1]), list):
+        into[path[-1]] = into[path[-1]] + value
+    else:
+        into[path[-1]] = value
 
 
 def flag(argv: Sequence[str], name: str, config: Mapping[str, Any] | None = None) -> str | None:
@@ -153,17 +214,70 @@ def config_file(argv: Sequence[str]) -> str | None:
 
 
 def speculative(flags: Mapping[str, str]) -> dict[str, Any] | None:
-    """The speculative config as a mapping; ``{}`` when given but not JSON; None when absent."""
+    """The speculative config as vLLM builds it: ``--speculative-config`` (any spelling) with
+    ``--spec-method/--spec-model/--spec-tokens`` (and the old ``--speculative-model``,
+    ``--num-speculative-tokens``) merged in; ``{}`` when given but not JSON; None when absent."""
     text = flags.get("speculative-config")
-    if text is None:
-        return None
-    spec = _json_or_text(text)
-    return spec if isinstance(spec, dict) else {}
+    spec: dict[str, Any] | None = None
+    if text is not None:
+        parsed = _json_or_text(text)
+        spec = dict(parsed) if isinstance(parsed, dict) else {}
+    for name, key in SPEC_FLAGS.items():
+        if name in flags:
+            spec = {} if spec is None else spec
+            spec.setdefault(key, _json_or_text(flags[name]))
+    return spec
+
+
+#: Methods that run no draft model, hence hold no drafter scratch (``SpeculativeMethod``,
+#: vllm/config/speculative.py 0.33.0:74).
+NO_DRAFTER = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+def method(spec: Mapping[str, Any]) -> str:
+    """The method vLLM runs for a speculative config: the one written (an MTP model type such as
+    ``qwen3_next_mtp`` is ``mtp``, speculative.py 0.33.0:1246), else what vLLM infers from the
+    drafter's name (0.33.0:1236-1244 and 1443-1468: ``ngram``, ``eagle-``, ``eagle3``,
+    ``dflash``, ``dspark``), else ``draft_model`` (vLLM then reads the drafter's config, which
+    may make it ``mtp``)."""
+    written = spec.get("method")
+    model = str(spec.get("model") or "")
+    lowered = model.lower()
+    if written:
+        name = str(written)
+    elif model in ("ngram", "[ngram]"):
+        name = "ngram"
+    elif "eagle-" in lowered:
+        name = "eagle"
+    elif "eagle3" in lowered:
+        name = "eagle3"
+    elif "dflash" in lowered:
+        name = "dflash"
+    elif "dspark" in lowered:
+        name = "dspark"
+    else:
+        name = "draft_model"
+    if name == "[ngram]":
+        return "ngram"
+    return "mtp" if name.endswith("_mtp") else name
+
+
+def spec_conflicts(flags: Mapping[str, str]) -> list[str]:
+    """``--spec-*`` flags that repeat a key of ``--speculative-config``: vLLM refuses to start
+    ("... are mutually exclusive", arg_utils.py 0.33.0:2109-2121)."""
+    parsed = _json_or_text(flags.get("speculative-config") or "null")
+    if not isinstance(parsed, dict):
+        return []
+    return [
+        f"--{name} and --speculative-config['{key}']"
+        for name, key in SPEC_FLAGS.items()
+        if name in flags and key in parsed and name not in OLD_SPEC_FLAGS
+    ]
 
 
 def shutdown_timeout(flags: Mapping[str, str]) -> float:
-    """``--shutdown-timeout`` in seconds (0.33+): how long vLLM lets running requests finish
-    after SIGTERM; 0 (the default) aborts them."""
+    """``--shutdown-timeout`` in seconds (0.27.0 on): how long vLLM lets running requests finish
+    after SIGTERM; 0 (the default) aborts them and kills the engine core at once."""
     text = flags.get("shutdown-timeout")
     if text is None:
         return SHUTDOWN_TIMEOUT_DEFAULT

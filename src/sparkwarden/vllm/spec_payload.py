@@ -15,9 +15,10 @@ MIN_FULL_STEPS = 8
 
 
 class OwnStats(BaseModel):
-    """vLLM's per-request ``metrics.speculative_decoding`` (0.33.0's ``SpeculativeDecodingMetrics``:
-    ``acceptance_histogram[j]`` counts the verify steps that accepted exactly ``j`` draft tokens,
-    the bonus token excluded). Only the fields a reading needs; the rest is ignored."""
+    """vLLM's per-request ``metrics.speculative_decoding`` (``SpeculativeDecodingMetrics``, 0.29.0
+    on, the same in 0.33.0: ``acceptance_histogram[j]`` counts the verify steps that accepted
+    exactly ``j`` draft tokens, the bonus token excluded). Only the fields a reading needs; the
+    rest is ignored."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -1,0 +1,55 @@
+"""What changed between vLLM releases that sparkwarden relies on, each fact cited to the file of
+the released wheel it was read from (``pip download vllm==X --no-deps``; the wheels read: 0.12.0,
+0.27.0, 0.28.0, 0.29.0, 0.33.0). The engine names its release at ``GET /version``.
+
+Only releases that were read are named: a fact said "from 0.27.0" may be older (no release
+between 0.12.0 and 0.27.0 was read).
+"""
+
+from __future__ import annotations
+
+import re
+
+Release = tuple[int, int, int]
+
+#: The newest release read: what is assumed when the engine does not say.
+NEWEST: Release = (0, 33, 0)
+
+
+def parse(text: str | None) -> Release | None:
+    """``"0.33.0"``, ``"0.19.1rc1.dev3+g1234.cu130"``, ``"v0.12.0"``: (major, minor, patch)."""
+    if not text:
+        return None
+    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if found is None:
+        return None
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def name(release: Release) -> str:
+    return ".".join(map(str, release))
+
+
+def default_gpu_memory_utilization(release: Release | None) -> float:
+    """vLLM's ``gpu_memory_utilization`` when the flag is not given (``vllm/config/cache.py``):
+    0.9 in 0.12.0 (line 49), 0.92 in 0.27.0 (68), 0.28.0 (69), 0.29.0 (111) and 0.33.0 (215).
+    A release between 0.12 and 0.27, or an unknown one, gets 0.92: the riskier of the two."""
+    if release is not None and release <= (0, 12, 99):
+        return 0.9
+    return 0.92
+
+
+#: ``--per-request-spec-decode-metrics``: ``vllm/config/observability.py`` 0.29.0:48,
+#: 0.33.0:50; absent from 0.28.0.
+PER_REQUEST_SPEC_DECODE: Release = (0, 29, 0)
+#: ``--shutdown-timeout``, ``-sc`` and ``--spec-method/--spec-model/--spec-tokens``:
+#: ``vllm/engine/arg_utils.py`` 0.27.0:1578-1643 (absent from 0.12.0).
+SHUTDOWN_TIMEOUT: Release = (0, 27, 0)
+#: ``vllm:admission_rejections_total`` (``vllm/v1/metrics/loggers.py`` 0.33.0:847; not in 0.29.0)
+ADMISSION_REJECTIONS: Release = (0, 33, 0)
+
+
+def has(release: Release | None, since: Release) -> bool | None:
+    """Whether ``release`` has a feature added in ``since``; None when the release is unknown."""
+    return None if release is None else release >= since

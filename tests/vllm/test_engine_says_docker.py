@@ -1,0 +1,103 @@
+"""What the engine says of itself, through the watching daemon on a real container: its release
+(``GET /version``), a sleeping engine (reported sleeping, never restarted) and the users its
+queue limits turned away, in ``status`` and in sparkwarden's own metrics."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from devtools.standin.stage import Stage, free_port, wait_healthy
+from sparkwarden.vllm.client import chat_body
+from tests.kits.commands import run_cli
+from tests.kits.daemonkit import DaemonProcess, wait_for
+
+MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
+#: every check sends the chat canary, and two failures in a row would restart
+WATCH = {"interval": "0.5s", "timeout": "2s", "canary_interval": "0.5s", "failures": 2}
+
+
+@pytest.mark.docker
+def test_a_sleeping_engine_is_reported_sleeping_and_its_queue_rejections_shown(
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm(
+        "llm", "--sleep-level", "1", "--max-num-queued-reqs", "1", "--token-delay", "0.05"
+    )
+    wait_healthy(port)
+    url = f"http://127.0.0.1:{port}"
+    listen = f"127.0.0.1:{free_port()}"
+    config = make_daemon_config(
+        [llm], port, health=WATCH, watch={"boot_grace": "0s"}, metrics={"listen": listen}
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        asleep = wait_for(
+            "the engine seen asleep",
+            lambda: (s := daemon.status()).get("engine", {}).get("sleeping") and s,
+            timeout=30,
+        )
+        wait_for(
+            "the daemon's chat refused",
+            lambda: "paused" in daemon.status()["llm"]["last_probe"],
+            timeout=30,
+        )
+        time.sleep(8)  # some 16 more checks, each with its refused chat: 2 in a row would restart
+        still = daemon.status()
+        text = run_cli(config, "status").stdout
+        # woken, one user's long answer in flight, and a second user turned away
+        httpx.post(f"{url}/wake_up", timeout=5)
+        user = threading.Thread(target=_long_answer, args=(url,), daemon=True)
+        user.start()
+        wait_for("a request in flight", lambda: _running(url) >= 1, timeout=10)
+        body = chat_body(MODEL)
+        assert httpx.post(f"{url}/v1/chat/completions", json=body, timeout=5).status_code == 503
+        user.join(timeout=30)
+        shown = wait_for(
+            "the rejection in status",
+            lambda: (s := daemon.status())["engine"]["rejections"].get("max_num_queued_reqs") and s,
+            timeout=30,
+        )
+        exported = httpx.get(f"http://{listen}/metrics", timeout=5).text
+    finally:
+        daemon.stop()
+    assert daemon.history() == []  # never restarted
+    assert asleep["engine"]["release"] == "0.33.0" and asleep["engine"]["sleep_level"] == 1
+    assert still["llm"]["health"] == "sleeping (level 1): put to sleep, not restarted"
+    assert still["_exit"] == 0  # asleep is not a problem
+    assert "engine:      vLLM 0.33.0, SLEEPING (level 1): not restarted" in text
+    assert shown["engine"]["sleeping"] is False
+    assert shown["engine"]["rejections"] == {
+        "max_num_queued_reqs": 1.0,
+        "max_num_queued_tokens": 0.0,
+    }
+    assert "queue:       turned away 1, max_num_queued_reqs 1" in run_cli(config, "status").stdout
+    families = {f.name: f.samples for f in text_string_to_metric_families(exported)}
+    info = families["sparkwarden_engine_info"][0]
+    assert info.labels == {"release": "0.33.0"} and info.value == 1.0
+    refused = {
+        s.labels["reason"]: s.value
+        for s in families["sparkwarden_engine_admission_rejections"]
+        if s.name.endswith("_total")
+    }
+    assert refused == {"max_num_queued_reqs": 1.0, "max_num_queued_tokens": 0.0}
+    assert families["sparkwarden_engine_sleeping"][0].value == 0.0
+
+
+def _long_answer(url: str) -> None:
+    body = {**chat_body(MODEL, max_tokens=60), "stream": True}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
+        for _ in response.iter_lines():
+            pass
+
+
+def _running(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{"))
+    return float(line.rsplit(" ", 1)[1])

@@ -121,6 +121,7 @@ class Stage:
         return name
 
     def _create(self, name: str, command: list[str], start: bool, **create: Any) -> None:
+        image = create.pop("image", None) or ensure_image(self.client)
         volumes = {**_volumes(), **create.pop("volumes", {})}
         labels = {LABEL: self.prefix, **create.pop("labels", {})}
         if "stop_timeout" in create:  # only the low-level API knows --stop-timeout
@@ -129,7 +130,7 @@ class Stage:
                 binds=volumes, init=create.pop("init", None), port_bindings=ports
             )
             api.create_container(
-                ensure_image(self.client),
+                image,
                 command=command,
                 name=name,
                 labels=labels,
@@ -143,7 +144,7 @@ class Stage:
                 api.start(name)
             return
         container = self.client.containers.create(
-            ensure_image(self.client),
+            image,
             command=command,
             name=name,
             volumes=volumes,

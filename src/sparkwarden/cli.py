@@ -125,6 +125,32 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("trace", type=Path, help="a file written by 'sparkwarden record'")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
 
+    cluster = command("cluster", "several Sparks as one engine, driven from the head")
+    verbs = cluster.add_subparsers(dest="cluster_verb", required=True, parser_class=_Parser)
+    c_restart = verbs.add_parser(
+        "restart", help="restart every node's engine as one unit", parents=[common]
+    )
+    c_restart.add_argument(
+        "--reason", default="manual", type=_reason, help="why, for the journal (default manual)"
+    )
+    for verb, text in (
+        ("status", "every node's engine, memory and reachability; exit 0 only when serving"),
+        ("preflight", "what a restart checks first, touching nothing"),
+    ):
+        verbs.add_parser(verb, help=text, parents=[common]).add_argument(
+            "--json", action="store_true", help="machine-readable output"
+        )
+
+    node = command("node", "one of this node's own steps, for the head of a cluster (JSON)")
+    node.add_argument("verb", choices=["inspect", "pause", "resume", "stop", "drop", "start"])
+    node.add_argument("--engine", action="append", default=[], help="an engine container")
+    node.add_argument("--voice", action="append", default=[], help="a voice container")
+    node.add_argument("--timeout", type=_duration, default=120.0, help="stop: docker stop's")
+    node.add_argument("--gate-gib", type=float, default=60.0, help="drop: GiB to wait for")
+    node.add_argument("--wait", type=_duration, default=180.0, help="drop: for at most")
+    node.add_argument("--interval", type=_duration, default=5.0, help="drop: between drops")
+    node.add_argument("--json", action="store_true", help="one JSON line (always)")
+
     doctor = command("doctor", "check the host and the containers for known traps")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -149,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sparkwarden.config import secrets
 
     logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
+    if args.command == "node":  # the head passes everything it needs: no config on the node
+        from sparkwarden.actions import cluster as cluster_action
+
+        return cluster_action.node(args)
     if args.command in ("install-service", "uninstall-service"):  # before any config exists
         from sparkwarden.actions import install
 
@@ -190,6 +220,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import replay as replay_action
 
             return replay_action.run(config, args.trace, as_json=args.json)
+        if args.command == "cluster":
+            from sparkwarden.actions import cluster as cluster_action
+
+            if args.cluster_verb == "restart":
+                return cluster_action.restart(config, args.reason)
+            if args.cluster_verb == "status":
+                return cluster_action.status(config, as_json=args.json)
+            return cluster_action.preflight(config, as_json=args.json)
         if args.command == "doctor":
             from sparkwarden.actions import doctor as doctor_action
 

@@ -6,9 +6,11 @@ host or the engine and returns a :class:`Done` saying what it did (or raises ``S
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkwarden.adapters.host import Host
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState, choose_active
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
@@ -233,39 +235,17 @@ class LlmSteps(RunState):
     def drop_caches(self) -> Done:
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
-        host, mem = self.parts.host, self.config.memory
-        gate = mem.start_min_available_gib
-        before = host.memory()
-        deadline = self.parts.monotonic() + mem.start_wait
-        drops = 0
-        while True:
-            host.drop_caches()
-            drops += 1
-            now = host.memory()
-            figures = {
-                "available_before_gib": round(before.available_gib, 2),
-                "available_after_gib": round(now.available_gib, 2),
-                "total_gib": round(now.total_gib, 2),
-                "gate_gib": gate,
-                "drops": drops,
-            }
-            if now.available_gib >= gate:
-                return Done(
-                    f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
-                    f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})",
-                    figures,
-                )
-            if self.parts.monotonic() + mem.drop_interval > deadline:
-                raise StepFailed(
-                    "drop_caches",
-                    f"memory did not come back: {now.available_gib:.1f} GiB available after "
-                    f"{mem.start_wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
-                    "into ghost memory",
-                    figures,
-                )
-            log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
-            self.parts.heartbeat(self._lease("drop_caches"))
-            self.parts.sleep(mem.drop_interval)
+        mem, parts = self.config.memory, self.parts
+        summary, figures = drop_until(
+            parts.host,
+            mem.start_min_available_gib,
+            mem.start_wait,
+            mem.drop_interval,
+            parts.monotonic,
+            parts.sleep,
+            on_wait=lambda: parts.heartbeat(self._lease("drop_caches")),
+        )
+        return Done(summary, figures)
 
     def start_llm(self, active: ContainerState) -> Done:
         docker = self.parts.docker
@@ -288,6 +268,50 @@ class LlmSteps(RunState):
                 "started_at": after.started_at.isoformat() if after.started_at else None,
             },
         )
+
+
+def drop_until(
+    host: Host,
+    gate: float,
+    wait: float,
+    interval: float,
+    monotonic: Callable[[], float],
+    sleep: Callable[[float], None],
+    step: str = "drop_caches",
+    on_wait: Callable[[], None] = lambda: None,
+) -> tuple[str, dict[str, Any]]:
+    """``sync`` + drop caches until ``MemAvailable`` clears the start gate: (summary, figures),
+    or StepFailed after ``wait``. The one loop for a single host and for each cluster node."""
+    before = host.memory()
+    deadline = monotonic() + wait
+    drops = 0
+    while True:
+        host.drop_caches()
+        drops += 1
+        now = host.memory()
+        figures = {
+            "available_before_gib": round(before.available_gib, 2),
+            "available_after_gib": round(now.available_gib, 2),
+            "total_gib": round(now.total_gib, 2),
+            "gate_gib": gate,
+            "drops": drops,
+        }
+        if now.available_gib >= gate:
+            return (
+                f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
+                f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})"
+            ), figures
+        if monotonic() + interval > deadline:
+            raise StepFailed(
+                step,
+                f"memory did not come back: {now.available_gib:.1f} GiB available after "
+                f"{wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
+                "into ghost memory",
+                figures,
+            )
+        log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
+        on_wait()
+        sleep(interval)
 
 
 def engine_grace(attrs: dict[str, Any]) -> float | None:

@@ -1,0 +1,154 @@
+"""``sparkwarden cluster restart|status|preflight`` on the head; ``sparkwarden node`` on a node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sparkwarden.base.errors import LockBusy, SparkwardenError, StepFailed
+from sparkwarden.cluster import node as node_steps
+from sparkwarden.cluster.link import SshLink
+from sparkwarden.cluster.sequence import (
+    STEPS,
+    ClusterParts,
+    StepLine,
+    inspect_all,
+    restart_cluster,
+)
+from sparkwarden.cluster.verdict import describe, judge, preflight_problems
+from sparkwarden.config.schema import Config
+from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.lock import RunLock
+from sparkwarden.vllm.client import VllmClient
+
+
+def restart(config: Config, reason: str) -> int:
+    """The whole cluster as one unit, under the head's one run lock (the same lock as a
+    single-host restart: the two never overlap)."""
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
+    lock = RunLock(config.state.dir)
+    try:
+        lock.acquire(f"cluster:{reason}")
+    except LockBusy as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return 1
+    parts = ClusterParts(
+        SshLink(config.cluster),
+        VllmClient(config.llm.base_url, config.llm.api_key()),
+        Journal(config.state.dir),
+    )
+    try:
+        outcome = restart_cluster(config, reason, parts, observer=_print_step)
+    finally:
+        parts.vllm.close()
+        parts.journal.close()
+        lock.release()
+    if outcome.ok:
+        print(f"run #{outcome.run_id}: the cluster restarted as one and answers")
+        return 0
+    print(
+        f"run #{outcome.run_id} failed at {outcome.failed_step or '?'}: {outcome.error}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _print_step(line: StepLine) -> None:
+    head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
+    print(f"{head}  {line.summary}", flush=True)
+
+
+def status(config: Config, as_json: bool) -> int:
+    """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config")
+    views = inspect_all(config, SshLink(config.cluster))
+    vllm = VllmClient(config.llm.base_url, config.llm.api_key())
+    try:
+        health = vllm.health(timeout=config.health.timeout)
+    finally:
+        vllm.close()
+    verdict = judge(views, health.status)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "state": verdict.state,
+                    "summary": verdict.summary,
+                    "head_health": health.status,
+                    "nodes": {
+                        v.name: {
+                            "role": v.role,
+                            "reachable": v.reachable,
+                            "answer": v.answer,
+                            "problem": v.problem,
+                        }
+                        for v in views
+                    },
+                }
+            )
+        )
+    else:
+        print(f"cluster: {verdict.state}: {verdict.summary}")
+        print(f"  head /health: {health.status} ({health.detail})")
+        for view in views:
+            print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
+    return 0 if verdict.state == "serving" else 1
+
+
+def preflight(config: Config, as_json: bool) -> int:
+    """What a restart's first step checks, touching nothing."""
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config")
+    views = inspect_all(config, SshLink(config.cluster))
+    problems = preflight_problems(views)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": not problems,
+                    "problems": problems,
+                    "nodes": {v.name: v.answer or {"problem": v.problem} for v in views},
+                }
+            )
+        )
+    else:
+        for view in views:
+            print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
+        print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
+    return 0 if not problems else 1
+
+
+def node(args: argparse.Namespace) -> int:
+    """One of this node's own steps, for the head: one JSON line out, exit 0 or 1."""
+    from sparkwarden.adapters.docker_engine import DockerEngine
+    from sparkwarden.adapters.host import Host
+
+    docker, host = DockerEngine(), Host()
+    try:
+        answer: dict[str, Any]
+        if args.verb == "inspect":
+            answer = node_steps.inspect(docker, host, args.engine, args.voice)
+        elif args.verb == "pause":
+            answer = node_steps.pause(docker, args.voice)
+        elif args.verb == "resume":
+            answer = node_steps.resume(docker, args.voice)
+        elif args.verb == "stop":
+            answer = node_steps.stop(docker, args.engine, args.timeout)
+        elif args.verb == "drop":
+            answer = node_steps.drop(host, args.gate_gib, args.wait, args.interval)
+        else:
+            answer = node_steps.start(docker, args.engine)
+    except StepFailed as exc:
+        print(json.dumps({"ok": False, "error": str(exc), **exc.detail}, default=str))
+        return 1
+    except SparkwardenError as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        return 1
+    finally:
+        docker.close()
+    print(json.dumps({"ok": True, **answer}, default=str))
+    return 0

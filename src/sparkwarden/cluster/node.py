@@ -1,0 +1,136 @@
+"""What ``sparkwarden node VERB`` does on one node: that host's own steps, for the head.
+
+Each verb acts on this host's Docker and /proc only and returns its figures as one dict (the
+JSON line the head reads); the head decides the order, this side only does and measures.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sparkwarden import __version__
+from sparkwarden.adapters.docker_engine import DockerEngine
+from sparkwarden.adapters.host import Host
+from sparkwarden.base.errors import NoSuchContainer, StepFailed
+from sparkwarden.restart.steps import drop_until, voice_to_quiet
+
+
+def inspect(
+    docker: DockerEngine, host: Host, engines: list[str], voice: list[str]
+) -> dict[str, Any]:
+    """Who this node is, its engine containers (image ID included), voice, and memory."""
+    memory = host.memory()
+    return {
+        "host": socket.gethostname(),
+        "version": __version__,
+        "engines": [engine_view(docker, name) for name in engines],
+        "voice": {name: status_of(docker, name) for name in voice},
+        "memory": {
+            "available_gib": round(memory.available_gib, 2),
+            "total_gib": round(memory.total_gib, 2),
+        },
+    }
+
+
+def engine_view(docker: DockerEngine, name: str) -> dict[str, Any]:
+    try:
+        attrs = docker.attrs(name)
+    except NoSuchContainer:
+        return {"name": name, "status": "missing"}
+    state = docker.inspect(name)
+    return {
+        "name": name,
+        "id": state.id,
+        "image": str(attrs.get("Image", "")),
+        "status": state.status,
+        "exit_code": state.exit_code,
+        "oom_killed": state.oom_killed,
+        "started_at": state.started_at.isoformat() if state.started_at else None,
+    }
+
+
+def status_of(docker: DockerEngine, name: str) -> str:
+    try:
+        return docker.inspect(name).status
+    except NoSuchContainer:
+        return "missing"
+
+
+def pause(docker: DockerEngine, voice: list[str]) -> dict[str, Any]:
+    """Pause the running voice containers; the head keeps the list to resume exactly those."""
+    to_quiet, left_alone = voice_to_quiet({name: docker.inspect(name).status for name in voice})
+    paused: list[str] = []
+    for name in to_quiet:
+        docker.pause(name)
+        paused.append(name)
+    return {"paused": paused, "left_alone": left_alone}
+
+
+def resume(docker: DockerEngine, paused: list[str]) -> dict[str, Any]:
+    resumed: list[str] = []
+    already: dict[str, str] = {}
+    for name in paused:
+        status = status_of(docker, name)
+        if status == "paused":
+            docker.unpause(name)
+            resumed.append(name)
+        else:
+            already[name] = status
+    return {"resumed": resumed, "already": already}
+
+
+def stop(
+    docker: DockerEngine,
+    engines: list[str],
+    timeout: float,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """``docker stop`` each engine container that is up; then every one must be down."""
+    stopped: dict[str, Any] = {}
+    for name in engines:
+        state = docker.inspect(name)
+        if not state.up:
+            stopped[name] = {"was": state.status, "exit_code": state.exit_code}
+            continue
+        began = monotonic()
+        docker.stop(name, timeout)
+        after = docker.inspect(name)
+        stopped[name] = {
+            "seconds": round(monotonic() - began, 3),
+            "exit_code": after.exit_code,
+            "status": after.status,
+        }
+    still = [name for name in engines if docker.inspect(name).up]
+    if still:
+        raise StepFailed("stop", f"still up after docker stop: {', '.join(still)}", stopped)
+    return {"stopped": stopped}
+
+
+def drop(
+    host: Host,
+    gate_gib: float,
+    wait: float,
+    interval: float,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Sync and drop caches until this node's memory clears the gate (StepFailed if never)."""
+    summary, figures = drop_until(host, gate_gib, wait, interval, monotonic, sleep, step="drop")
+    return {"summary": summary, **figures}
+
+
+def start(docker: DockerEngine, engines: list[str]) -> dict[str, Any]:
+    """``docker start`` the same containers; their IDs go back to the head to compare."""
+    started: dict[str, Any] = {}
+    for name in engines:
+        docker.start(name)
+        after = docker.inspect(name)
+        started[name] = {
+            "id": after.id,
+            "status": after.status,
+            "started_at": after.started_at.isoformat() if after.started_at else None,
+        }
+    return {"started": started}

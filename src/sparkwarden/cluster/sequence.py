@@ -1,0 +1,422 @@
+"""The cluster restarted as one unit, never one rank. This file is the answer to "what does it
+do?" for several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``).
+
+A head restarted alone hangs against its stale ranks, and a rank left running never rejoins a
+new head (vllm#32136); so, from the head, under its one lock, journaled step by step with each
+node's figures:
+
+1. ``preflight``       every node answers over SSH, its sparkwarden answers, the engine
+                       containers exist with the same image on every node, memory is read;
+                       any failure ends the run here, with nothing touched
+2. ``pause_voice``     each node pauses its running voice containers
+3. ``stop_head``       the head's engine first (its ranks would otherwise wait on it)...
+4. ``stop_workers``    ...then every worker's, in parallel
+5. ``confirm_stopped`` no engine container is up on any node
+6. ``drop_caches``     every node, in parallel, until each meets the memory gate; nothing is
+                       started unless all do
+7. ``start_workers``   the same containers (same IDs) on every worker, in parallel...
+8. ``start_head``      ...then the head, inside vLLM's rendezvous window
+9. ``wait_health``     the head's ``/health``
+10. ``chat_probe``     one real chat request through the head
+11. ``workers_running`` every worker's engine container still running (a rank that died at
+                       start would leave the head healthy and hung)
+12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sparkwarden.base import logs
+from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
+from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable
+from sparkwarden.cluster.verdict import NodeView, preflight_problems
+from sparkwarden.config.schema import ClusterNode, Config
+from sparkwarden.restart.journal import Journal
+from sparkwarden.vllm.client import VllmClient
+
+STEPS: Final = (
+    "preflight",
+    "pause_voice",
+    "stop_head",
+    "stop_workers",
+    "confirm_stopped",
+    "drop_caches",
+    "start_workers",
+    "start_head",
+    "wait_health",
+    "chat_probe",
+    "workers_running",
+    "resume_voice",
+)
+
+log = logs.get("sparkwarden.cluster")
+
+#: Added to every node call's own bound: ssh's connect, the node's Python starting.
+CALL_MARGIN = 30.0
+
+
+@dataclass
+class ClusterParts:
+    """What a cluster run drives: the link to the nodes, the head's engine, the journal."""
+
+    link: Link
+    vllm: VllmClient
+    journal: Journal
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """What the CLI prints of a finished step."""
+
+    name: str
+    index: int
+    result: str
+    summary: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ClusterOutcome:
+    run_id: int
+    ok: bool
+    error: str | None
+    failed_step: str | None = None
+    #: the preflight's views, for the caller that wants to show them
+    views: list[NodeView] = field(default_factory=list)
+
+
+def fan_out(
+    nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """One call per node, in parallel: (answers, failures by node name)."""
+    answers: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
+    if not nodes:
+        return answers, failures
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        futures = {node.name: pool.submit(call, node) for node in nodes}
+        for name, future in futures.items():
+            try:
+                answers[name] = future.result()
+            except (NodeUnreachable, NodeFailed) as exc:
+                failures[name] = scrub(str(exc))
+    return answers, failures
+
+
+def inspect_all(config: Config, link: Link) -> list[NodeView]:
+    """Every node's ``node inspect`` answer, in parallel, as views (unreachable ones too)."""
+    cluster = _cluster(config)
+    timeout = cluster.connect_timeout + CALL_MARGIN
+
+    def ask(node: ClusterNode) -> dict[str, Any]:
+        return link.call(node, "inspect", engine_args(node, voice=True), timeout)
+
+    answers, failures = fan_out(cluster.nodes, ask)
+    return [
+        NodeView(
+            node.name,
+            "head" if i == 0 else "worker",
+            answers.get(node.name),
+            failures.get(node.name, ""),
+        )
+        for i, node in enumerate(cluster.nodes)
+    ]
+
+
+def engine_args(node: ClusterNode, voice: bool = False) -> list[str]:
+    args = [arg for name in node.engine for arg in ("--engine", name)]
+    if voice:
+        args += [arg for name in node.voice for arg in ("--voice", name)]
+    return args
+
+
+def _cluster(config: Config) -> Any:
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
+    return config.cluster
+
+
+def restart_cluster(
+    config: Config,
+    reason: str,
+    parts: ClusterParts,
+    observer: Callable[[StepLine], None] | None = None,
+) -> ClusterOutcome:
+    """Run the whole cluster sequence once. The caller holds the run lock."""
+    run = _ClusterRun(config, parts, observer or (lambda _line: None))
+    run.id = parts.journal.begin_run(reason)
+    parts.journal.remember(run.id, cluster=[n.name for n in run.cluster.nodes])
+    log.info("cluster_run_started", run=run.id, reason=reason)
+    error: str | None = None
+    failed: str | None = None
+    try:
+        run.step("preflight", run.preflight)
+        run.step("pause_voice", run.pause_voice)
+        run.step("stop_head", lambda: run.stop([run.head]))
+        run.step("stop_workers", lambda: run.stop(run.workers))
+        run.step("confirm_stopped", run.confirm_stopped)
+        run.step("drop_caches", run.drop_caches)
+        run.step("start_workers", lambda: run.start(run.workers))
+        run.step("start_head", lambda: run.start([run.head]))
+        run.step("wait_health", run.wait_health)
+        run.step("chat_probe", run.chat_probe)
+        run.step("workers_running", run.workers_running)
+    except StepFailed as exc:
+        error, failed = scrub(str(exc)), exc.step
+    except SparkwardenError as exc:
+        error = scrub(str(exc))
+    finally:
+        for name in STEPS[:-1]:
+            if name not in run.taken:
+                run.record(name, "skipped", "not reached: an earlier step failed", {})
+        try:
+            run.step("resume_voice", run.resume_voice)
+        except SparkwardenError as exc:
+            error = f"{error}; {exc}" if error else str(exc)
+    parts.journal.end_run(run.id, "failed" if error else "ok", error)
+    log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
+    return ClusterOutcome(run.id, error is None, error, failed, run.views)
+
+
+class _ClusterRun:
+    """One cluster run: the steps, each journaled with every node's figures."""
+
+    def __init__(
+        self, config: Config, parts: ClusterParts, observer: Callable[[StepLine], None]
+    ) -> None:
+        self.config, self.parts, self.observer = config, parts, observer
+        self.cluster = _cluster(config)
+        self.head: ClusterNode = self.cluster.nodes[0]
+        self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
+        self.id = 0
+        self.taken: set[str] = set()
+        self.views: list[NodeView] = []
+        self.ids: dict[str, dict[str, str]] = {}  # node -> engine name -> container ID
+        self.paused: dict[str, list[str]] = {}
+
+    # --- recording -----------------------------------------------------------------------
+    def step(self, name: str, action: Callable[[], tuple[str, dict[str, Any]]]) -> None:
+        self.taken.add(name)
+        step_id = self.parts.journal.begin_step(self.id, name)
+        try:
+            summary, detail = action()
+        except StepFailed as exc:
+            seconds = self.parts.journal.end_step(
+                step_id, "failed", {**exc.detail, "error": str(exc)}
+            )
+            self._tell(name, "failed", str(exc), seconds)
+            raise
+        seconds = self.parts.journal.end_step(step_id, "ok", {"summary": summary, **detail})
+        self._tell(name, "ok", summary, seconds)
+
+    def record(self, name: str, result: str, summary: str, detail: dict[str, Any]) -> None:
+        step_id = self.parts.journal.begin_step(self.id, name)
+        self.parts.journal.end_step(step_id, "skipped", {"summary": summary, **detail})
+        self._tell(name, result, summary, 0.0)
+
+    def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
+        self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds))
+
+    def call(self, node: ClusterNode, verb: str, args: list[str], bound: float) -> dict[str, Any]:
+        return self.parts.link.call(
+            node, verb, args, bound + self.cluster.connect_timeout + CALL_MARGIN
+        )
+
+    def on_every(
+        self, step: str, nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """``call`` on every node in parallel; one failure fails the step, naming the node."""
+        answers, failures = fan_out(nodes, call)
+        if failures:
+            raise StepFailed(
+                step,
+                "; ".join(failures.values()),
+                {"nodes": answers, "failed": failures},
+            )
+        return answers
+
+    # --- the steps -----------------------------------------------------------------------
+    def preflight(self) -> tuple[str, dict[str, Any]]:
+        began = self.parts.monotonic()
+        self.views = inspect_all(self.config, self.parts.link)
+        seconds = round(self.parts.monotonic() - began, 3)
+        nodes = {v.name: v.answer or {"problem": v.problem} for v in self.views}
+        problems = preflight_problems(self.views)
+        if problems:
+            raise StepFailed(
+                "preflight",
+                "nothing was touched: " + "; ".join(problems),
+                {"nodes": nodes, "problems": problems, "seconds": seconds},
+            )
+        for view in self.views:
+            self.ids[view.name] = {e["name"]: e["id"] for e in view.engines}
+        memory = ", ".join(
+            f"{v.name} {v.answer['memory']['available_gib']:.1f} GiB"
+            for v in self.views
+            if v.answer
+        )
+        return (
+            f"{len(self.views)} nodes answered in {seconds:.1f}s, same image; available {memory}",
+            {"nodes": nodes, "seconds": seconds},
+        )
+
+    def pause_voice(self) -> tuple[str, dict[str, Any]]:
+        with_voice = [n for n in self.cluster.nodes if n.voice]
+        # Written before acting: what a repair would resume.
+        self.parts.journal.remember(self.id, cluster_voice={n.name: n.voice for n in with_voice})
+
+        def pause(node: ClusterNode) -> dict[str, Any]:
+            args = [arg for name in node.voice for arg in ("--voice", name)]
+            answer = self.call(node, "pause", args, self.config.docker.timeout * len(node.voice))
+            self.paused[node.name] = list(answer.get("paused", []))
+            return answer
+
+        answers = self.on_every("pause_voice", with_voice, pause)
+        said = [f"{n}: {', '.join(p) or 'none'}" for n, p in self.paused.items()]
+        return "paused " + ("; ".join(said) if said else "nothing (no voice configured)"), {
+            "nodes": answers
+        }
+
+    def stop(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+        step = "stop_head" if nodes and nodes[0] is self.head else "stop_workers"
+        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+        timeout = self.config.llm.stop_timeout
+
+        def stop(node: ClusterNode) -> dict[str, Any]:
+            args = [*engine_args(node), "--timeout", f"{timeout:g}"]
+            return self.call(node, "stop", args, timeout * len(node.engine))
+
+        answers = self.on_every(step, nodes, stop)
+        return f"stopped on {', '.join(answers)}", {"nodes": answers}
+
+    def confirm_stopped(self) -> tuple[str, dict[str, Any]]:
+        views = inspect_all(self.config, self.parts.link)
+        unanswered = {v.name: v.problem for v in views if not v.reachable}
+        up = [
+            f"{v.name}: {e['name']}"
+            for v in views
+            for e in v.engines
+            if e.get("status") in ("running", "paused", "restarting")
+        ]
+        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
+        if unanswered or up:
+            why = [f"{n} {p}" for n, p in unanswered.items()] + [f"still up {u}" for u in up]
+            raise StepFailed("confirm_stopped", "; ".join(why), detail)
+        return f"no engine up on any of {len(views)} nodes", detail
+
+    def drop_caches(self) -> tuple[str, dict[str, Any]]:
+        mem = self.config.memory
+        args = [
+            "--gate-gib",
+            f"{mem.start_min_available_gib:g}",
+            "--wait",
+            f"{mem.start_wait:g}",
+            "--interval",
+            f"{mem.drop_interval:g}",
+        ]
+        answers, failures = fan_out(
+            self.cluster.nodes, lambda node: self.call(node, "drop", args, mem.start_wait)
+        )
+        if failures:
+            raise StepFailed(
+                "drop_caches",
+                "nothing started: memory did not come back on every node: "
+                + "; ".join(failures.values()),
+                {"nodes": answers, "failed": failures},
+            )
+        said = "; ".join(f"{n}: {a.get('summary', '')}" for n, a in answers.items())
+        return said, {"nodes": answers}
+
+    def start(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+        step = "start_head" if nodes and nodes[0] is self.head else "start_workers"
+        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+
+        def start(node: ClusterNode) -> dict[str, Any]:
+            return self.call(node, "start", engine_args(node), 2 * self.config.docker.timeout)
+
+        answers = self.on_every(step, nodes, start)
+        changed = [
+            f"{node}: {name} is now {str(got.get('id'))[:12]}, "
+            f"was {str(self.ids[node].get(name))[:12]}"
+            for node, answer in answers.items()
+            for name, got in answer.get("started", {}).items()
+            if got.get("id") != self.ids[node].get(name)
+        ]
+        if changed:
+            raise StepFailed(
+                step,
+                "recreated behind sparkwarden's back: " + "; ".join(changed),
+                {"nodes": answers},
+            )
+        return f"started the same containers on {', '.join(answers)}", {"nodes": answers}
+
+    def wait_health(self) -> tuple[str, dict[str, Any]]:
+        llm, parts = self.config.llm, self.parts
+        began = parts.monotonic()
+        polls = 0
+        while True:
+            polls += 1
+            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
+            elapsed = round(parts.monotonic() - began, 3)
+            if health.status == "up":
+                return f"healthy after {elapsed:.1f}s ({polls} polls)", {
+                    "seconds": elapsed,
+                    "polls": polls,
+                }
+            if parts.monotonic() + llm.poll_interval > began + llm.health_timeout:
+                raise StepFailed(
+                    "wait_health",
+                    f"the head not healthy within {llm.health_timeout:g}s (a rank that did not "
+                    f"join keeps it at its rendezvous); last answer: {health.detail}",
+                    {"seconds": elapsed, "polls": polls, "last": health.detail},
+                )
+            parts.sleep(llm.poll_interval)
+
+    def chat_probe(self) -> tuple[str, dict[str, Any]]:
+        llm, parts = self.config.llm, self.parts
+        model = llm.model or parts.vllm.served_model()
+        if not model:
+            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+        began = parts.monotonic()
+        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
+        seconds = round(parts.monotonic() - began, 3)
+        if not outcome.ok:
+            raise StepFailed(
+                "chat_probe",
+                f"/health said 200 but the chat request failed: {outcome.detail}",
+                {"model": model, "seconds": seconds},
+            )
+        return f"{model} {outcome.detail} in {seconds:.1f}s", {"model": model, "seconds": seconds}
+
+    def workers_running(self) -> tuple[str, dict[str, Any]]:
+        views = [v for v in inspect_all(self.config, self.parts.link) if v.role == "worker"]
+        bad = [v.problem and f"{v.name}: {v.problem}" for v in views if not v.reachable]
+        bad += [
+            f"{v.name}: {e['name']} is {e.get('status')} (exit code {e.get('exit_code')})"
+            for v in views
+            if v.reachable
+            for e in v.engines
+            if e.get("status") != "running"
+        ]
+        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
+        if bad:
+            raise StepFailed("workers_running", "a rank is not running: " + "; ".join(bad), detail)
+        return f"every worker's engine runs ({', '.join(v.name for v in views)})", detail
+
+    def resume_voice(self) -> tuple[str, dict[str, Any]]:
+        to_resume = [n for n in self.cluster.nodes if self.paused.get(n.name)]
+
+        def resume(node: ClusterNode) -> dict[str, Any]:
+            args = [arg for name in self.paused[node.name] for arg in ("--voice", name)]
+            return self.call(node, "resume", args, self.config.docker.timeout * len(node.voice))
+
+        answers = self.on_every("resume_voice", to_resume, resume)
+        said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]
+        return "resumed " + ("; ".join(said) if said else "nothing"), {"nodes": answers}

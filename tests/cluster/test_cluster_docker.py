@@ -1,0 +1,165 @@
+"""A cluster of two simulated Sparks restarted and watched from its head, on real parts: each
+node a network namespace with its own dockerd and sshd, reached over real SSH, running the
+multi-node stand-in (rank 0 on the head, a headless rank on the worker)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kits.clusterkit import ClusterKit, Engine, Node
+from tests.kits.commands import ROOT
+
+DOCS = ROOT / "docs" / "clusters.md"
+
+
+@pytest.fixture(scope="module")
+def kit() -> Iterator[ClusterKit]:
+    kit = ClusterKit(("head", "w1"))
+    yield kit
+    kit.close()
+
+
+@pytest.fixture
+def engine(kit: ClusterKit, tmp_path: Path) -> Iterator[Engine]:
+    engine = Engine(kit, tmp_path)
+    engine.wait_serving()
+    yield engine
+    engine.close()
+
+
+def test_healthy_cluster_restarted_as_one_over_ssh(engine: Engine) -> None:
+    ids = {
+        n: engine.stages[n].attrs(c)["Id"]
+        for n, c in (("head", engine.head), ("w1", engine.worker))
+    }
+    before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    result = engine.cli("cluster", "restart")
+    assert result.returncode == 0, result.stdout + result.stderr
+    order = re.findall(r"\] (\w+)\s+ok", result.stdout)
+    assert order[:9] == [
+        "preflight",
+        "pause_voice",
+        "stop_head",
+        "stop_workers",
+        "confirm_stopped",
+        "drop_caches",
+        "start_workers",
+        "start_head",
+        "wait_health",
+    ]
+    for node, name in (("head", engine.head), ("w1", engine.worker)):
+        attrs = engine.stages[node].attrs(name)
+        assert attrs["Id"] == ids[node]  # the same containers
+        assert attrs["State"]["StartedAt"] != before[node] and attrs["State"]["Status"] == "running"
+    logs = engine.stages["head"].client.containers.get(engine.head).logs().decode()
+    assert logs.count("rank 1 joined") == 2  # the worker's fresh rank joined the fresh head
+    assert engine.wait_serving()["state"] == "serving"
+    history = json.loads(engine.cli("history", "--json").stdout)
+    drop = next(s for s in history[0]["steps"] if s["name"] == "drop_caches")
+    assert set(drop["detail"]["nodes"]) == {"head", "w1"}
+    assert all("available_after_gib" in f for f in drop["detail"]["nodes"].values())
+
+
+def test_dead_worker_is_a_crash_while_head_health_says_200(engine: Engine) -> None:
+    engine.stages["w1"].client.containers.get(engine.worker).kill()
+    state = engine.status()
+    assert state["state"] == "crashed", state
+    assert state["head_health"] == "up"  # what a head-only watchdog would believe
+    assert "w1" in state["summary"]
+    assert engine.cli("cluster", "status").returncode == 1
+    # and restarting the cluster as one brings the rank back
+    result = engine.cli("cluster", "restart")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert engine.wait_serving()["state"] == "serving"
+
+
+def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) -> None:
+    worker = kit.node("w1")
+    before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    kit.stop_sshd(worker)
+    try:
+        result = engine.cli("cluster", "restart")
+        status = engine.status()
+    finally:
+        kit.start_sshd(worker)
+    assert result.returncode == 1
+    assert "preflight" in result.stderr and "w1 is unreachable" in result.stderr, result.stderr
+    assert status["state"] == "unknown" and not status["nodes"]["w1"]["reachable"]
+    after = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    assert after == before
+    assert engine.wait_serving()["state"] == "serving"
+
+
+def other_image(node: Node) -> str:
+    """The stand-in's skeleton again, imported anew: the same files, another image ID."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in (
+            "usr",
+            "lib",
+            "lib64",
+            "bin",
+            "sbin",
+            "etc",
+            "tmp",
+            "proc",
+            "sys",
+            "dev",
+            "standin",
+            "run",
+            "other",
+        ):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o1777 if name == "tmp" else 0o755
+            tar.addfile(info)
+    tag = f"swt-other-{uuid.uuid4().hex[:6]}"
+    node.client().api.import_image_from_data(
+        buffer.getvalue(), repository="sparkwarden-other", tag=tag
+    )
+    return f"sparkwarden-other:{tag}"
+
+
+def test_mismatched_images_refused_before_anything_moves(kit: ClusterKit, tmp_path: Path) -> None:
+    image = other_image(kit.node("w1"))
+    engine = Engine(kit, tmp_path, worker_image=image)
+    try:
+        engine.wait_serving()
+        before = engine.started_at("head", engine.head)
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 1
+        assert "image differs between nodes" in result.stderr, result.stderr
+        assert engine.started_at("head", engine.head) == before
+        preflight = engine.cli("cluster", "preflight", "--json")
+        assert preflight.returncode == 1 and "image differs" in preflight.stdout
+    finally:
+        engine.close()
+        kit.node("w1").client().images.remove(image, force=True)
+
+
+def test_docs_commands_run_as_written(engine: Engine) -> None:
+    """Every ``$ `` line of docs/clusters.md, typed on the head with its config."""
+    commands = re.findall(r"^\$ (.+)$", DOCS.read_text(), re.MULTILINE)
+    assert commands
+    for command in commands:
+        result = engine.kit.head.docker.run(
+            "bash",
+            "-c",
+            command,
+            env={
+                "SPARKWARDEN_CONFIG": str(engine.config),
+                "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+            },
+            timeout=180,
+        )
+        assert isinstance(result, subprocess.CompletedProcess)
+        assert result.returncode == 0, f"{command}: {result.stdout}{result.stderr}"

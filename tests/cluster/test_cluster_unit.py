@@ -1,0 +1,257 @@
+"""The cluster sequence's order and refusals, the verdicts and the SSH link's reading, with a
+fake link (the real one over SSH: test_cluster_docker.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from sparkwarden.base.errors import ConfigError
+from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
+from sparkwarden.cluster.sequence import STEPS, ClusterParts, restart_cluster
+from sparkwarden.cluster.verdict import NodeView, judge, preflight_problems
+from sparkwarden.config.schema import ClusterNode, Config, parse
+from sparkwarden.restart.journal import Journal
+from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
+
+IMAGE = "sha256:" + "a" * 64
+
+
+def make_config(tmp_path: Path, **cluster: Any) -> Config:
+    return parse(
+        {
+            "llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"},
+            "state": {"dir": str(tmp_path / "state")},
+            "cluster": {
+                "nodes": [
+                    {"name": "head", "engine": ["vllm-head"], "voice": ["stt"]},
+                    {"name": "w1", "ssh": "root@spark2", "engine": ["vllm-w1"]},
+                ],
+                **cluster,
+            },
+        }
+    )
+
+
+class FakeLink:
+    """Each node's engines, voice and memory; records every call in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.engines = {
+            "head": {"vllm-head": {"id": "h" * 64, "image": IMAGE, "status": "running"}},
+            "w1": {"vllm-w1": {"id": "w" * 64, "image": IMAGE, "status": "running"}},
+        }
+        self.voice = {"head": {"stt": "running"}, "w1": {}}
+        self.unreachable: set[str] = set()
+        self.low_memory: set[str] = set()
+
+    def call(self, node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
+        assert timeout > 0
+        self.calls.append((node.name, verb))
+        if node.name in self.unreachable:
+            raise NodeUnreachable(
+                node.name, "ssh: connect to host spark2 port 22: No route to host"
+            )
+        engines = self.engines[node.name]
+        if verb == "inspect":
+            return {
+                "version": "0.1",
+                "engines": [{"name": n, **e} for n, e in engines.items()],
+                "memory": {"available_gib": 100.0, "total_gib": 121.0},
+            }
+        if verb == "pause":
+            paused = [n for n, s in self.voice[node.name].items() if s == "running"]
+            self.voice[node.name].update(dict.fromkeys(paused, "paused"))
+            return {"paused": paused}
+        if verb == "resume":
+            self.voice[node.name].update(dict.fromkeys(args[1::2], "running"))
+            return {"resumed": args[1::2]}
+        if verb == "stop":
+            for engine in engines.values():
+                engine["status"] = "exited"
+            return {"stopped": list(engines)}
+        if verb == "drop":
+            if node.name in self.low_memory:
+                raise NodeFailed(node.name, "memory did not come back: 20.0 GiB available")
+            return {"summary": "20.0 -> 100.0 GiB"}
+        if verb == "start":
+            for engine in engines.values():
+                engine["status"] = "running"
+            return {"started": {n: {"id": e["id"]} for n, e in engines.items()}}
+        raise AssertionError(verb)
+
+    def verbs(self, verb: str) -> list[str]:
+        return [node for node, v in self.calls if v == verb]
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.chats = 0
+
+    def health(self, timeout: float = 10.0) -> Health:
+        return Health("up", "HTTP 200")
+
+    def served_model(self, timeout: float = 30.0) -> str:
+        return "m"
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        self.chats += 1
+        return ChatOutcome(True, "answered", "ready")
+
+
+def run(tmp_path: Path, link: FakeLink) -> tuple[Any, Journal, FakeEngine]:
+    config = make_config(tmp_path)
+    journal = Journal(config.state.dir)
+    engine = FakeEngine()
+    parts = ClusterParts(link, cast(VllmClient, engine), journal, sleep=lambda _s: None)
+    return restart_cluster(config, "manual", parts), journal, engine
+
+
+def test_healthy_run_stops_head_first_starts_workers_first(tmp_path: Path) -> None:
+    link = FakeLink()
+    outcome, journal, engine = run(tmp_path, link)
+    assert outcome.ok, outcome.error
+    acts = [c for c in link.calls if c[1] in ("stop", "start")]
+    assert acts == [("head", "stop"), ("w1", "stop"), ("w1", "start"), ("head", "start")]
+    assert sorted(link.verbs("drop")) == ["head", "w1"]
+    assert link.voice["head"]["stt"] == "running" and link.verbs("resume") == ["head"]
+    assert engine.chats == 1
+    record = journal.run(outcome.run_id)
+    assert record is not None and record.result == "ok"
+    assert [s.name for s in record.steps] == list(STEPS)
+    drop = next(s for s in record.steps if s.name == "drop_caches")
+    assert set(drop.detail["nodes"]) == {"head", "w1"}  # each node's figures
+
+
+def test_unreachable_node_at_preflight_touches_nothing(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.unreachable.add("w1")
+    outcome, journal, _ = run(tmp_path, link)
+    assert not outcome.ok and outcome.failed_step == "preflight"
+    assert "w1" in (outcome.error or "") and "unreachable" in (outcome.error or "")
+    assert {verb for _, verb in link.calls} == {"inspect"}
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    assert [s.result for s in record.steps][1:-1] == ["skipped"] * (len(STEPS) - 2)
+
+
+def test_mismatched_images_refused(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.engines["w1"]["vllm-w1"]["image"] = "sha256:" + "b" * 64
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.failed_step == "preflight" and "image differs" in (outcome.error or "")
+    assert {verb for _, verb in link.calls} == {"inspect"}
+
+
+def test_memory_not_back_on_one_node_starts_nothing_and_resumes_voice(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.low_memory.add("w1")
+    outcome, _, engine = run(tmp_path, link)
+    assert outcome.failed_step == "drop_caches" and "w1" in (outcome.error or "")
+    assert link.verbs("start") == [] and engine.chats == 0
+    assert link.voice["head"]["stt"] == "running"
+
+
+def test_a_recreated_container_fails_the_start(tmp_path: Path) -> None:
+    link = FakeLink()
+    original = link.call
+
+    def recreate(node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
+        answer = original(node, verb, args, timeout)
+        if verb == "start" and node.name == "w1":
+            answer["started"]["vllm-w1"]["id"] = "x" * 64
+        return answer
+
+    link.call = recreate  # type: ignore[method-assign]
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.failed_step == "start_workers" and "recreated" in (outcome.error or "")
+    assert link.verbs("start") == ["w1"]  # the head was not started against it
+
+
+def view(name: str, role: str, status: str | None = "running") -> NodeView:
+    if status is None:
+        return NodeView(name, role, None, "unreachable: ssh: Connection timed out")  # type: ignore[arg-type]
+    answer = {
+        "version": "0.1",
+        "engines": [{"name": f"e-{name}", "status": status, "image": IMAGE}],
+        "memory": {"available_gib": 9.0, "total_gib": 12.0},
+    }
+    return NodeView(name, role, answer)  # type: ignore[arg-type]
+
+
+def test_a_dead_worker_is_a_crash_though_health_says_200() -> None:
+    verdict = judge([view("head", "head"), view("w1", "worker", "exited")], "up")
+    assert verdict.state == "crashed" and "w1" in verdict.summary and "200" not in verdict.summary
+    assert "/health says up" in verdict.summary
+
+
+def test_unreachable_node_is_reported_not_guessed() -> None:
+    verdict = judge([view("head", "head"), view("w1", "worker", None)], "up")
+    assert verdict.state == "unknown" and "w1" in verdict.summary
+    assert "unreachable" in verdict.nodes["w1"]
+
+
+def test_head_down_leaves_stranded_ranks() -> None:
+    verdict = judge([view("head", "head", "exited"), view("w1", "worker")], "loading")
+    assert verdict.state == "head-down" and "w1" in verdict.summary
+
+
+def test_serving_and_down() -> None:
+    assert judge([view("head", "head"), view("w1", "worker")], "up").state == "serving"
+    down = [view("head", "head", "exited"), view("w1", "worker", "exited")]
+    assert judge(down, "loading").state == "down"
+    assert judge([view("head", "head"), view("w1", "worker")], "dead").state == "unhealthy"
+
+
+def test_preflight_problems_name_each_node() -> None:
+    assert preflight_problems([view("head", "head"), view("w1", "worker")]) == []
+    missing = view("w1", "worker", "missing")
+    assert preflight_problems([view("head", "head"), missing]) == ["w1: no container named e-w1"]
+
+
+def test_ssh_command_line_is_batch_with_a_connect_timeout(tmp_path: Path) -> None:
+    config = make_config(tmp_path, connect_timeout="4s", ssh_config=str(tmp_path / "ssh_config"))
+    assert config.cluster is not None
+    head, worker = config.cluster.nodes
+    argv = node_argv(worker, config.cluster, "stop", ["--engine", "vllm w1"])
+    assert argv[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=4"]
+    assert argv[-2:] == ["root@spark2", "sparkwarden node stop --engine 'vllm w1' --json"]
+    assert node_argv(head, config.cluster, "drop", [])[:3] == ["sparkwarden", "node", "drop"]
+
+
+def test_answers_read_from_exit_code_and_json_line() -> None:
+    assert interpret("w1", 0, 'noise\n{"ok": true, "x": 1}\n', "", True)["x"] == 1
+    with pytest.raises(NodeUnreachable, match="w1 is unreachable: ssh: Permission denied"):
+        interpret("w1", 255, "", "Permission denied (publickey).\n", True)
+    with pytest.raises(NodeFailed, match="memory did not come back"):
+        interpret("w1", 1, '{"ok": false, "error": "memory did not come back"}', "", True)
+    with pytest.raises(NodeFailed, match="not found"):
+        interpret("w1", 127, "", "sh: 1: sparkwarden: not found", True)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"nodes": [{"name": "a", "engine": ["x"]}]}, "cluster.nodes: List should have at least 2"),
+        (
+            {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "a", "ssh": "b", "engine": ["y"]}]},
+            "node names listed more than once: a",
+        ),
+        (
+            {
+                "nodes": [
+                    {"name": "a", "engine": ["x"]},
+                    {"name": "b", "ssh": "-oProxyCommand=x", "engine": ["y"]},
+                ]
+            },
+            "cluster.nodes.1.ssh",
+        ),
+    ],
+)
+def test_bad_cluster_config_named(tmp_path: Path, cluster: dict[str, Any], message: str) -> None:
+    data = {"llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"}, "cluster": cluster}
+    with pytest.raises(ConfigError, match=message):
+        parse(data)

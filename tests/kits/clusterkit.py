@@ -185,7 +185,7 @@ class ClusterKit:
         """The stand-in image on the head, then the very same image (same ID) on every node."""
         head = self.nodes[0].client()
         ensure_image(head)
-        data = b"".join(head.images.get(IMAGE).save())
+        data = b"".join(head.images.get(IMAGE).save(named=True))
         for node in self.nodes[1:]:
             node.client().images.load(io.BytesIO(data).getvalue())
 

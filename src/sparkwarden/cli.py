@@ -170,15 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return _status(args)
     from sparkwarden.base import logs
+
+    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
+    if args.command == "node":  # the head passes all it needs: no config, no schema to import
+        from sparkwarden.actions import node as node_action
+
+        return node_action.node(args)
     from sparkwarden.base.errors import ConfigError, SparkwardenError
     from sparkwarden.config import schema as config_mod
     from sparkwarden.config import secrets
 
-    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
-    if args.command == "node":  # the head passes everything it needs: no config on the node
-        from sparkwarden.actions import cluster as cluster_action
-
-        return cluster_action.node(args)
     if args.command in ("install-service", "uninstall-service"):  # before any config exists
         from sparkwarden.actions import install
 

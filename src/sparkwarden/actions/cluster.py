@@ -1,14 +1,11 @@
-"""``sparkwarden cluster restart|status|preflight`` on the head; ``sparkwarden node`` on a node."""
+"""``sparkwarden cluster restart|status|preflight``: the head drives and watches every node."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import Any
 
-from sparkwarden.base.errors import LockBusy, SparkwardenError, StepFailed
-from sparkwarden.cluster import node as node_steps
+from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.cluster.sequence import (
     STEPS,
@@ -120,35 +117,3 @@ def preflight(config: Config, as_json: bool) -> int:
             print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
         print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
     return 0 if not problems else 1
-
-
-def node(args: argparse.Namespace) -> int:
-    """One of this node's own steps, for the head: one JSON line out, exit 0 or 1."""
-    from sparkwarden.adapters.docker_engine import DockerEngine
-    from sparkwarden.adapters.host import Host
-
-    docker, host = DockerEngine(), Host()
-    try:
-        answer: dict[str, Any]
-        if args.verb == "inspect":
-            answer = node_steps.inspect(docker, host, args.engine, args.voice)
-        elif args.verb == "pause":
-            answer = node_steps.pause(docker, args.voice)
-        elif args.verb == "resume":
-            answer = node_steps.resume(docker, args.voice)
-        elif args.verb == "stop":
-            answer = node_steps.stop(docker, args.engine, args.timeout)
-        elif args.verb == "drop":
-            answer = node_steps.drop(host, args.gate_gib, args.wait, args.interval)
-        else:
-            answer = node_steps.start(docker, args.engine)
-    except StepFailed as exc:
-        print(json.dumps({"ok": False, "error": str(exc), **exc.detail}, default=str))
-        return 1
-    except SparkwardenError as exc:
-        print(json.dumps({"ok": False, "error": str(exc)}))
-        return 1
-    finally:
-        docker.close()
-    print(json.dumps({"ok": True, **answer}, default=str))
-    return 0

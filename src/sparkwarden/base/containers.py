@@ -89,3 +89,13 @@ def choose_active(states: list[ContainerState], remembered: str | None) -> Conta
             return state
     names = ", ".join(s.name for s in states)
     raise ContainerError(f"no LLM candidate is running and none has run before: {names}")
+
+
+def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The voice containers to quiet (the running ones) and those left as they were, by status.
+
+    The one rule for the sequence, its dry-run plan, the memory floor's ``pause_voice`` and
+    each cluster node's ``node pause``.
+    """
+    to_quiet = [name for name, status in states.items() if status == "running"]
+    return to_quiet, {name: status for name, status in states.items() if status != "running"}

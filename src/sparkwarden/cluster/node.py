@@ -14,8 +14,9 @@ from typing import Any
 from sparkwarden import __version__
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
+from sparkwarden.base.containers import voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
-from sparkwarden.restart.steps import drop_until, voice_to_quiet
+from sparkwarden.restart.memory_gate import drop_until
 
 
 def inspect(

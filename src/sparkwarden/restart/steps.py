@@ -6,15 +6,15 @@ host or the engine and returns a :class:`Done` saying what it did (or raises ``S
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkwarden.adapters.host import Host
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState, choose_active
+from sparkwarden.base.containers import voice_to_quiet as voice_to_quiet  # its old home
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
+from sparkwarden.restart.memory_gate import drop_until
 from sparkwarden.restart.parts import Observer, Parts, Resume
 from sparkwarden.vllm import doctor_rules, metrics, serve_flags
 from sparkwarden.vllm.doctor_rules import vllm_config_file
@@ -270,50 +270,6 @@ class LlmSteps(RunState):
         )
 
 
-def drop_until(
-    host: Host,
-    gate: float,
-    wait: float,
-    interval: float,
-    monotonic: Callable[[], float],
-    sleep: Callable[[float], None],
-    step: str = "drop_caches",
-    on_wait: Callable[[], None] = lambda: None,
-) -> tuple[str, dict[str, Any]]:
-    """``sync`` + drop caches until ``MemAvailable`` clears the start gate: (summary, figures),
-    or StepFailed after ``wait``. The one loop for a single host and for each cluster node."""
-    before = host.memory()
-    deadline = monotonic() + wait
-    drops = 0
-    while True:
-        host.drop_caches()
-        drops += 1
-        now = host.memory()
-        figures = {
-            "available_before_gib": round(before.available_gib, 2),
-            "available_after_gib": round(now.available_gib, 2),
-            "total_gib": round(now.total_gib, 2),
-            "gate_gib": gate,
-            "drops": drops,
-        }
-        if now.available_gib >= gate:
-            return (
-                f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
-                f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})"
-            ), figures
-        if monotonic() + interval > deadline:
-            raise StepFailed(
-                step,
-                f"memory did not come back: {now.available_gib:.1f} GiB available after "
-                f"{wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
-                "into ghost memory",
-                figures,
-            )
-        log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
-        on_wait()
-        sleep(interval)
-
-
 def engine_grace(attrs: dict[str, Any]) -> float | None:
     """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
     ``--config`` file through the container's mounts); None when not set."""
@@ -348,15 +304,6 @@ def in_flight_note(running: int, shutdown_grace: float | None) -> str:
         f"{running} request(s) running and cut: the engine has no --shutdown-timeout "
         "(vLLM aborts running requests at SIGTERM without one)"
     )
-
-
-def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The voice containers to quiet (the running ones) and those left as they were, by status.
-
-    The one rule for the sequence, its dry-run plan and the memory floor's ``pause_voice``.
-    """
-    to_quiet = [name for name, status in states.items() if status == "running"]
-    return to_quiet, {name: status for name, status in states.items() if status != "running"}
 
 
 def name_list(names: list[str]) -> str:

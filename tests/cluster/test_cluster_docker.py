@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,6 +145,57 @@ def test_mismatched_images_refused_before_anything_moves(kit: ClusterKit, tmp_pa
     finally:
         engine.close()
         kit.node("w1").client().images.remove(image, force=True)
+
+
+def test_memory_never_back_on_a_node_starts_nothing_and_resumes_voice(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    gate = {"start_min_available_gib": 100000, "start_wait": "2s", "drop_interval": "1s"}
+    engine = Engine(kit, tmp_path, worker_voice=True, memory=gate)
+    try:
+        engine.wait_serving()
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 1
+        assert (
+            "failed at drop_caches" in result.stderr and "memory did not come back" in result.stderr
+        )
+        assert re.search(r"pause_voice\s+ok .*w1: swt-\w+-stt", result.stdout), result.stdout
+        assert re.search(r"start_workers\s+skipped", result.stdout)
+        assert engine.stages["w1"].status(engine.worker) == "exited"  # left down...
+        assert engine.stages["head"].status(engine.head) == "exited"
+        assert engine.stages["w1"].status(engine.voice[0]) == "running"  # ...voice resumed
+        assert engine.status()["state"] == "down"
+    finally:
+        engine.close()
+
+
+def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_path: Path) -> None:
+    engine = Engine(kit, tmp_path, worker_voice=True)
+    try:
+        engine.wait_serving()
+        faults = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": "stop_workers"}
+        run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=faults, background=True)
+        assert isinstance(run, subprocess.Popen)
+        stages = engine.stages
+        deadline = time.monotonic() + 60
+        while not (
+            stages["w1"].status(engine.worker) == "exited"
+            and stages["w1"].status(engine.voice[0]) == "paused"
+        ):
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.2)
+        time.sleep(0.5)  # held after stop_workers acted, before it is recorded
+        run.kill()  # sparkwarden on the head dies mid-run, by its pid
+        run.communicate()
+        assert engine.status()["state"] == "down"
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert stages["w1"].status(engine.voice[0]) == "running"  # the dead run's pause undone
+        assert engine.wait_serving()["state"] == "serving"
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        assert [r["result"] for r in runs[:2]] == ["ok", "interrupted"]
+    finally:
+        engine.close()
 
 
 def test_docs_commands_run_as_written(engine: Engine) -> None:

@@ -10,10 +10,10 @@ import pytest
 
 from sparkwarden.base.errors import ConfigError
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
-from sparkwarden.cluster.sequence import STEPS, ClusterParts, restart_cluster
+from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
 from sparkwarden.cluster.verdict import NodeView, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
-from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.journal import Journal, RunRecord
 from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
 
 IMAGE = "sha256:" + "a" * 64
@@ -255,3 +255,29 @@ def test_bad_cluster_config_named(tmp_path: Path, cluster: dict[str, Any], messa
     data = {"llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"}, "cluster": cluster}
     with pytest.raises(ConfigError, match=message):
         parse(data)
+
+
+def record(run_id: int, result: str, plan: dict[str, Any]) -> RunRecord:
+    return RunRecord(run_id, "manual", result, 0.0, None, None, None, None, None, plan)  # type: ignore[arg-type]
+
+
+def test_left_paused_gathers_cut_runs_back_to_the_last_finished_one() -> None:
+    runs = [
+        record(5, "running", {"cluster": ["head", "w1"], "cluster_voice": {"w1": ["tts"]}}),
+        record(4, "ok", {"container": "llm"}),  # a single-host run: not the cluster's
+        record(3, "interrupted", {"cluster": ["head"], "cluster_voice": {"head": ["stt"]}}),
+        record(2, "ok", {"cluster": ["head"], "cluster_voice": {"head": ["old"]}}),
+        record(1, "interrupted", {"cluster": ["head"], "cluster_voice": {"head": ["older"]}}),
+    ]
+    assert left_paused(runs) == {"w1": ["tts"], "head": ["stt"]}
+
+
+def test_adopted_voice_is_resumed_on_its_node(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.voice["w1"] = {"tts": "paused"}  # a run killed on the head had paused it
+    config = make_config(tmp_path)
+    journal = Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
+    outcome = restart_cluster(config, "manual", parts, adopt={"w1": ["tts"]})
+    assert outcome.ok, outcome.error
+    assert link.voice["w1"]["tts"] == "running" and sorted(link.verbs("resume")) == ["head", "w1"]

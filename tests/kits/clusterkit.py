@@ -245,7 +245,16 @@ class ClusterKit:
 class Engine:
     """One multi-node stand-in engine across the kit's nodes, and the head's config for it."""
 
-    def __init__(self, kit: ClusterKit, tmp_path: Path, worker_image: str | None = None) -> None:
+    def __init__(
+        self,
+        kit: ClusterKit,
+        tmp_path: Path,
+        worker_image: str | None = None,
+        worker_voice: bool = False,
+        **sections: dict[str, Any],
+    ) -> None:
+        """``worker_image``: the worker's rank from another image (a node that pulled another
+        tag); ``worker_voice``: a voice container on the worker; ``sections``: config."""
         self.kit = kit
         self.port, self.master_port = free_port(), free_port()
         self.stages = {n.name: Stage(n.client()) for n in kit.nodes}
@@ -259,16 +268,22 @@ class Engine:
         ]
         worker = kit.node("w1")
         worker_args = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
-        # worker_image: the same stand-in from another image (a node that pulled another tag)
         self.worker, _ = self.stages[worker.name].llm(
             "rank1", *worker_args, network_mode="host", image=worker_image
         )
+        self.voice = [self.stages[worker.name].voice("stt")] if worker_voice else []
         self.head, _ = self.stages["head"].llm(
             "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
         )
         nodes = [
             {"name": "head", "engine": [self.head], "sparkwarden": SPARKWARDEN},
-            {"name": "w1", "ssh": "w1", "engine": [self.worker], "sparkwarden": SPARKWARDEN},
+            {
+                "name": "w1",
+                "ssh": "w1",
+                "engine": [self.worker],
+                "voice": self.voice,
+                "sparkwarden": SPARKWARDEN,
+            },
         ]
         self.config = write_config(
             tmp_path / "sparkwarden.toml",
@@ -277,6 +292,7 @@ class Engine:
             self.port,
             [],
             cluster={"nodes": nodes, "ssh_config": str(kit.ssh_config), "connect_timeout": "3s"},
+            **sections,
         )
 
     def argv(self, *args: str) -> list[str]:

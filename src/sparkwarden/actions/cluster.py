@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from sparkwarden.base import faults
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.cluster.sequence import (
@@ -12,6 +13,7 @@ from sparkwarden.cluster.sequence import (
     ClusterParts,
     StepLine,
     inspect_all,
+    left_paused,
     restart_cluster,
 )
 from sparkwarden.cluster.verdict import describe, judge, preflight_problems
@@ -36,9 +38,17 @@ def restart(config: Config, reason: str) -> int:
         SshLink(config.cluster),
         VllmClient(config.llm.base_url, config.llm.api_key()),
         Journal(config.state.dir),
+        after_action=faults.stall_after_action(),
     )
     try:
-        outcome = restart_cluster(config, reason, parts, observer=_print_step)
+        # A cluster run cut short (sparkwarden killed on the head): closed as interrupted, and
+        # the voice it may have paused on any node is resumed by this run.
+        adopt = left_paused(parts.journal.runs(limit=50))
+        for record in parts.journal.unfinished():
+            if "cluster" in record.plan:
+                note = f"sparkwarden (pid {record.pid}) stopped during this cluster run"
+                parts.journal.mark_interrupted(record.id, note)
+        outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
     finally:
         parts.vllm.close()
         parts.journal.close()

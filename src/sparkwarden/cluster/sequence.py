@@ -36,7 +36,7 @@ from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
 from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
-from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.journal import Journal, RunRecord
 from sparkwarden.vllm.client import VllmClient
 
 STEPS: Final = (
@@ -69,6 +69,8 @@ class ClusterParts:
     journal: Journal
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    #: Called once a step has acted, before it is recorded (tests: see ``base/faults.py``).
+    after_action: Callable[[str], None] = lambda _name: None
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,21 @@ def engine_args(node: ClusterNode, voice: bool = False) -> list[str]:
     return args
 
 
+def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
+    """Voice that cluster runs cut short (still ``running``, or found ``interrupted``) may have
+    left paused, per node, from the newest run back to the last cluster run that ended (it
+    resumed its own). ``runs``: newest first."""
+    left: dict[str, list[str]] = {}
+    for record in runs:
+        if "cluster" not in record.plan:
+            continue
+        if record.result not in ("running", "interrupted"):
+            break
+        for node, names in dict(record.plan.get("cluster_voice") or {}).items():
+            left[node] = sorted({*left.get(node, []), *names})
+    return left
+
+
 def _cluster(config: Config) -> Any:
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
@@ -148,11 +165,17 @@ def restart_cluster(
     reason: str,
     parts: ClusterParts,
     observer: Callable[[StepLine], None] | None = None,
+    adopt: dict[str, list[str]] | None = None,
 ) -> ClusterOutcome:
-    """Run the whole cluster sequence once. The caller holds the run lock."""
+    """Run the whole cluster sequence once. The caller holds the run lock; ``adopt``: voice an
+    interrupted cluster run may have left paused, per node (see :func:`left_paused`): resumed
+    at the end like this run's own."""
     run = _ClusterRun(config, parts, observer or (lambda _line: None))
     run.id = parts.journal.begin_run(reason)
-    parts.journal.remember(run.id, cluster=[n.name for n in run.cluster.nodes])
+    run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
+    parts.journal.remember(
+        run.id, cluster=[n.name for n in run.cluster.nodes], cluster_voice=run.paused
+    )
     log.info("cluster_run_started", run=run.id, reason=reason)
     error: str | None = None
     failed: str | None = None
@@ -172,6 +195,9 @@ def restart_cluster(
         error, failed = scrub(str(exc)), exc.step
     except SparkwardenError as exc:
         error = scrub(str(exc))
+    except Exception as exc:  # a bug must still end with voice resumed and the run recorded
+        log.exception("cluster_run_internal_error", run=run.id)
+        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
     finally:
         for name in STEPS[:-1]:
             if name not in run.taken:
@@ -207,11 +233,12 @@ class _ClusterRun:
         step_id = self.parts.journal.begin_step(self.id, name)
         try:
             summary, detail = action()
-        except StepFailed as exc:
-            seconds = self.parts.journal.end_step(
-                step_id, "failed", {**exc.detail, "error": str(exc)}
-            )
-            self._tell(name, "failed", str(exc), seconds)
+            self.parts.after_action(name)
+        except Exception as exc:
+            said = scrub(str(exc))
+            figures = exc.detail if isinstance(exc, StepFailed) else {}
+            seconds = self.parts.journal.end_step(step_id, "failed", {**figures, "error": said})
+            self._tell(name, "failed", said, seconds)
             raise
         seconds = self.parts.journal.end_step(step_id, "ok", {"summary": summary, **detail})
         self._tell(name, "ok", summary, seconds)
@@ -269,13 +296,18 @@ class _ClusterRun:
 
     def pause_voice(self) -> tuple[str, dict[str, Any]]:
         with_voice = [n for n in self.cluster.nodes if n.voice]
-        # Written before acting: what a repair would resume.
-        self.parts.journal.remember(self.id, cluster_voice={n.name: n.voice for n in with_voice})
+        # Written before acting: what a later run resumes if this one is cut short.
+        intended = {n.name: sorted({*n.voice, *self.paused.get(n.name, [])}) for n in with_voice}
+        self.parts.journal.remember(self.id, cluster_voice={**self.paused, **intended})
 
         def pause(node: ClusterNode) -> dict[str, Any]:
             args = [arg for name in node.voice for arg in ("--voice", name)]
             answer = self.call(node, "pause", args, self.config.docker.timeout * len(node.voice))
-            self.paused[node.name] = list(answer.get("paused", []))
+            adopted = self.paused.get(node.name, [])
+            self.paused[node.name] = [
+                *adopted,
+                *(n for n in answer.get("paused", []) if n not in adopted),
+            ]
             return answer
 
         answers = self.on_every("pause_voice", with_voice, pause)

@@ -2,7 +2,7 @@
 ``sparkwarden cluster preflight`` time, ``sparkwarden cluster restart`` against a bare script
 doing the same steps over SSH, in turn, and how soon ``cluster status`` names a killed worker.
 
-    .venv/bin/python benchmarks/cluster_restart.py [--pairs 5]
+    .venv/bin/python benchmarks/cluster_restart.py [--cluster-pairs 5]
 
 Targets: preflight median <= 3 s; restart overhead median <= 6 s over the bare script (it
 preflights and confirms every node over SSH, which the bare script never does); a dead worker
@@ -48,7 +48,7 @@ curl -fs $URL/v1/chat/completions -H 'Content-Type: application/json' -d "$body"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pairs", type=int, default=5, help="restart pairs (5)")
+    parser.add_argument("--cluster-pairs", type=int, default=5, help="cluster restart pairs (5)")
 
 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 
         preflight = [timed(*engine.argv("cluster", "preflight")) for _ in range(5)]
         ours, plain = [], []
-        for _ in range(args.pairs):
+        for _ in range(args.cluster_pairs):
             plain.append(timed("bash", "-c", bare))
             engine.wait_serving()
             ours.append(timed(*engine.argv("cluster", "restart")))

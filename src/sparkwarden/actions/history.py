@@ -40,8 +40,10 @@ def format_run(record: RunRecord) -> str:
         )
     if record.error:
         lines.append(f"    error: {record.error}")
+    # A cluster's step names are longer; a single host's keep their columns.
+    width = max([13, *(len(s.name) + 1 for s in record.steps if len(s.name) > 13)])
     for step in record.steps:
         seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else "        "
         summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-        lines.append(f"    {step.name:<13}{step.result:<8}{seconds}  {summary}"[:200])
+        lines.append(f"    {step.name:<{width}}{step.result:<8}{seconds}  {summary}"[:200])
     return "\n".join(inert(line) for line in lines)

@@ -10,6 +10,7 @@ import pytest
 
 from sparkwarden.base.errors import ConfigError
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
+from sparkwarden.cluster.node import Params
 from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
 from sparkwarden.cluster.verdict import NodeView, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
@@ -48,7 +49,7 @@ class FakeLink:
         self.unreachable: set[str] = set()
         self.low_memory: set[str] = set()
 
-    def call(self, node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
+    def call(self, node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
         assert timeout > 0
         self.calls.append((node.name, verb))
         if node.name in self.unreachable:
@@ -67,8 +68,8 @@ class FakeLink:
             self.voice[node.name].update(dict.fromkeys(paused, "paused"))
             return {"paused": paused}
         if verb == "resume":
-            self.voice[node.name].update(dict.fromkeys(args[1::2], "running"))
-            return {"resumed": args[1::2]}
+            self.voice[node.name].update(dict.fromkeys(params.voice, "running"))
+            return {"resumed": params.voice}
         if verb == "stop":
             for engine in engines.values():
                 engine["status"] = "exited"
@@ -159,8 +160,8 @@ def test_a_recreated_container_fails_the_start(tmp_path: Path) -> None:
     link = FakeLink()
     original = link.call
 
-    def recreate(node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
-        answer = original(node, verb, args, timeout)
+    def recreate(node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
+        answer = original(node, verb, params, timeout)
         if verb == "start" and node.name == "w1":
             answer["started"]["vllm-w1"]["id"] = "x" * 64
         return answer
@@ -216,10 +217,11 @@ def test_ssh_command_line_is_batch_with_a_connect_timeout(tmp_path: Path) -> Non
     config = make_config(tmp_path, connect_timeout="4s", ssh_config=str(tmp_path / "ssh_config"))
     assert config.cluster is not None
     head, worker = config.cluster.nodes
-    argv = node_argv(worker, config.cluster, "stop", ["--engine", "vllm w1"])
-    assert argv[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=4"]
-    assert argv[-2:] == ["root@spark2", "sparkwarden node stop --engine 'vllm w1' --json"]
-    assert node_argv(head, config.cluster, "drop", [])[:3] == ["sparkwarden", "node", "drop"]
+    argv = node_argv(worker, config.cluster, "stop", Params(engine=["vllm w1"], timeout=30))
+    assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and "ConnectTimeout=4" in argv
+    assert argv[-2] == "root@spark2"
+    assert argv[-1].startswith("sparkwarden node stop --engine 'vllm w1' --timeout 30 ")
+    assert node_argv(head, config.cluster, "drop", Params())[:3] == ["sparkwarden", "node", "drop"]
 
 
 def test_answers_read_from_exit_code_and_json_line() -> None:

@@ -16,7 +16,7 @@ from sparkwarden.cluster.sequence import (
     left_paused,
     restart_cluster,
 )
-from sparkwarden.cluster.verdict import describe, judge, preflight_problems
+from sparkwarden.cluster.verdict import NodeView, describe, judge, preflight_problems
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.lock import RunLock
@@ -34,8 +34,9 @@ def restart(config: Config, reason: str) -> int:
     except LockBusy as exc:
         print(f"sparkwarden: {exc}", file=sys.stderr)
         return 1
+    link = SshLink(config.cluster)
     parts = ClusterParts(
-        SshLink(config.cluster),
+        link,
         VllmClient(config.llm.base_url, config.llm.api_key()),
         Journal(config.state.dir),
         after_action=faults.stall_after_action(),
@@ -50,6 +51,7 @@ def restart(config: Config, reason: str) -> int:
                 parts.journal.mark_interrupted(record.id, note)
         outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
     finally:
+        link.close()
         parts.vllm.close()
         parts.journal.close()
         lock.release()
@@ -70,9 +72,7 @@ def _print_step(line: StepLine) -> None:
 
 def status(config: Config, as_json: bool) -> int:
     """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
-    if config.cluster is None:
-        raise SparkwardenError("no [cluster] in the config")
-    views = inspect_all(config, SshLink(config.cluster))
+    views = _look(config)
     vllm = VllmClient(config.llm.base_url, config.llm.api_key())
     try:
         health = vllm.health(timeout=config.health.timeout)
@@ -108,9 +108,7 @@ def status(config: Config, as_json: bool) -> int:
 
 def preflight(config: Config, as_json: bool) -> int:
     """What a restart's first step checks, touching nothing."""
-    if config.cluster is None:
-        raise SparkwardenError("no [cluster] in the config")
-    views = inspect_all(config, SshLink(config.cluster))
+    views = _look(config)
     problems = preflight_problems(views)
     if as_json:
         print(
@@ -127,3 +125,14 @@ def preflight(config: Config, as_json: bool) -> int:
             print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
         print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
     return 0 if not problems else 1
+
+
+def _look(config: Config) -> list[NodeView]:
+    """Every node's answer now (one SSH connection per node, closed after)."""
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
+    link = SshLink(config.cluster)
+    try:
+        return inspect_all(config, link)
+    finally:
+        link.close()

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 from typing import Any, Protocol
 
 from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.cluster.node import Params, Verb, answer_line
 from sparkwarden.config.schema import ClusterConfig, ClusterNode
 
 #: ssh's own exit code for "could not connect or authenticate".
 SSH_FAILED = 255
 #: A shell's "command not found".
 NOT_FOUND = 127
+#: How long an idle shared SSH connection outlives its last use (closed at the end of a run).
+CONTROL_PERSIST = "120"
 
 
 class NodeUnreachable(SparkwardenError):
@@ -42,17 +48,23 @@ class NodeFailed(SparkwardenError):
 class Link(Protocol):
     """One call of ``sparkwarden node VERB`` on a node (a fake in unit tests)."""
 
-    def call(self, node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
+    def call(self, node: ClusterNode, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:
         """The node's answer, or :class:`NodeUnreachable` / :class:`NodeFailed`."""
         ...
 
 
-def node_argv(node: ClusterNode, cluster: ClusterConfig, verb: str, args: list[str]) -> list[str]:
-    """The command line: the node's sparkwarden, wrapped in ssh unless it is this host."""
-    command = [*shlex.split(node.sparkwarden), "node", verb, *args, "--json"]
+def node_argv(
+    node: ClusterNode, cluster: ClusterConfig, verb: Verb, params: Params, control: str = ""
+) -> list[str]:
+    """The command line: the node's sparkwarden, wrapped in ssh unless it is this host.
+    ``control``: a ControlPath, so one SSH connection per node serves a whole run."""
+    command = [*shlex.split(node.sparkwarden), "node", verb, *params.argv(), "--json"]
     if not node.ssh:
         return command
     ssh = ["ssh", "-o", "BatchMode=yes"]
+    if control:
+        ssh += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}"]
+        ssh += ["-o", f"ControlPersist={CONTROL_PERSIST}"]
     ssh += ["-o", f"ConnectTimeout={math.ceil(cluster.connect_timeout)}"]
     if cluster.ssh_config is not None:
         ssh += ["-F", str(cluster.ssh_config)]
@@ -87,13 +99,19 @@ def last_json(stdout: str) -> dict[str, Any] | None:
 
 
 class SshLink:
-    """The real link: one subprocess per call (ssh, or the head's own sparkwarden)."""
+    """The real link: ssh to each node (one shared connection per node for as long as the link
+    lives), the head's own verbs in this process (the head's sparkwarden is this one)."""
 
     def __init__(self, cluster: ClusterConfig) -> None:
         self.cluster = cluster
+        self._dir = tempfile.mkdtemp(prefix="sparkwarden-ssh-")  # private: 0700
+        self._control = os.path.join(self._dir, "%C")
 
-    def call(self, node: ClusterNode, verb: str, args: list[str], timeout: float) -> dict[str, Any]:
-        argv = node_argv(node, self.cluster, verb, args)
+    def call(self, node: ClusterNode, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:
+        if not node.ssh:
+            code, line = answer_line(verb, params)
+            return interpret(node.name, code, line, "", via_ssh=False)
+        argv = node_argv(node, self.cluster, verb, params, self._control)
         try:
             proc = subprocess.run(
                 argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
@@ -102,4 +120,16 @@ class SshLink:
             raise NodeUnreachable(node.name, f"no answer within {timeout:g}s") from None
         except FileNotFoundError:
             raise NodeFailed(node.name, f"{argv[0]} is not installed on the head") from None
-        return interpret(node.name, proc.returncode, proc.stdout, proc.stderr, bool(node.ssh))
+        return interpret(node.name, proc.returncode, proc.stdout, proc.stderr, via_ssh=True)
+
+    def close(self) -> None:
+        """End the shared connections (``ssh -O exit``) and their folder."""
+        for node in self.cluster.nodes:
+            if node.ssh:
+                argv = ["ssh", "-o", f"ControlPath={self._control}", "-O", "exit"]
+                if self.cluster.ssh_config is not None:
+                    argv += ["-F", str(self.cluster.ssh_config)]
+                subprocess.run(
+                    [*argv, "--", node.ssh], capture_output=True, timeout=30, check=False
+                )
+        shutil.rmtree(self._dir, ignore_errors=True)

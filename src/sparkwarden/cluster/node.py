@@ -6,16 +6,18 @@ JSON line the head reads); the head decides the order, this side only does and m
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from sparkwarden import __version__
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.base.containers import voice_to_quiet
-from sparkwarden.base.errors import NoSuchContainer, StepFailed
+from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
 from sparkwarden.restart.memory_gate import drop_until
 
 
@@ -135,3 +137,58 @@ def start(docker: DockerEngine, engines: list[str]) -> dict[str, Any]:
             "started_at": after.started_at.isoformat() if after.started_at else None,
         }
     return {"started": started}
+
+
+Verb = Literal["inspect", "pause", "resume", "stop", "drop", "start"]
+VERBS: tuple[Verb, ...] = ("inspect", "pause", "resume", "stop", "drop", "start")
+
+
+@dataclass(frozen=True)
+class Params:
+    """What the head tells a node's verb: the one shape for the command line and in-process."""
+
+    engine: list[str] = field(default_factory=list)
+    voice: list[str] = field(default_factory=list)
+    timeout: float = 120.0
+    gate_gib: float = 60.0
+    wait: float = 180.0
+    interval: float = 5.0
+
+    def argv(self) -> list[str]:
+        """As ``sparkwarden node VERB`` takes it."""
+        out = [arg for name in self.engine for arg in ("--engine", name)]
+        out += [arg for name in self.voice for arg in ("--voice", name)]
+        out += ["--timeout", f"{self.timeout:g}", "--gate-gib", f"{self.gate_gib:g}"]
+        return [*out, "--wait", f"{self.wait:g}", "--interval", f"{self.interval:g}"]
+
+
+def perform(verb: Verb, params: Params) -> dict[str, Any]:
+    """Run one verb on this host. ``drop`` needs no Docker, so it does not open a client."""
+    host = Host()
+    if verb == "drop":
+        return drop(host, params.gate_gib, params.wait, params.interval)
+    docker = DockerEngine()
+    try:
+        if verb == "inspect":
+            return inspect(docker, host, params.engine, params.voice)
+        if verb == "pause":
+            return pause(docker, params.voice)
+        if verb == "resume":
+            return resume(docker, params.voice)
+        if verb == "stop":
+            return stop(docker, params.engine, params.timeout)
+        return start(docker, params.engine)
+    finally:
+        docker.close()
+
+
+def answer_line(verb: Verb, params: Params) -> tuple[int, str]:
+    """(exit code, the one JSON line the head reads): 0 and ``ok: true``, or 1 and the error
+    with the step's figures."""
+    try:
+        answer = perform(verb, params)
+    except StepFailed as exc:
+        return 1, json.dumps({"ok": False, "error": str(exc), **exc.detail}, default=str)
+    except SparkwardenError as exc:
+        return 1, json.dumps({"ok": False, "error": str(exc)})
+    return 0, json.dumps({"ok": True, **answer}, default=str)

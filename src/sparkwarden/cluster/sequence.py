@@ -34,6 +34,7 @@ from typing import Any, Final
 from sparkwarden.base import logs
 from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
 from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable
+from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
 from sparkwarden.restart.journal import Journal, RunRecord
@@ -118,7 +119,7 @@ def inspect_all(config: Config, link: Link) -> list[NodeView]:
     timeout = cluster.connect_timeout + CALL_MARGIN
 
     def ask(node: ClusterNode) -> dict[str, Any]:
-        return link.call(node, "inspect", engine_args(node, voice=True), timeout)
+        return link.call(node, "inspect", Params(node.engine, node.voice), timeout)
 
     answers, failures = fan_out(cluster.nodes, ask)
     return [
@@ -130,13 +131,6 @@ def inspect_all(config: Config, link: Link) -> list[NodeView]:
         )
         for i, node in enumerate(cluster.nodes)
     ]
-
-
-def engine_args(node: ClusterNode, voice: bool = False) -> list[str]:
-    args = [arg for name in node.engine for arg in ("--engine", name)]
-    if voice:
-        args += [arg for name in node.voice for arg in ("--voice", name)]
-    return args
 
 
 def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
@@ -251,9 +245,9 @@ class _ClusterRun:
     def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
         self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds))
 
-    def call(self, node: ClusterNode, verb: str, args: list[str], bound: float) -> dict[str, Any]:
+    def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
         return self.parts.link.call(
-            node, verb, args, bound + self.cluster.connect_timeout + CALL_MARGIN
+            node, verb, params, bound + self.cluster.connect_timeout + CALL_MARGIN
         )
 
     def on_every(
@@ -301,8 +295,8 @@ class _ClusterRun:
         self.parts.journal.remember(self.id, cluster_voice={**self.paused, **intended})
 
         def pause(node: ClusterNode) -> dict[str, Any]:
-            args = [arg for name in node.voice for arg in ("--voice", name)]
-            answer = self.call(node, "pause", args, self.config.docker.timeout * len(node.voice))
+            bound = self.config.docker.timeout * len(node.voice)
+            answer = self.call(node, "pause", Params(voice=node.voice), bound)
             adopted = self.paused.get(node.name, [])
             self.paused[node.name] = [
                 *adopted,
@@ -322,8 +316,8 @@ class _ClusterRun:
         timeout = self.config.llm.stop_timeout
 
         def stop(node: ClusterNode) -> dict[str, Any]:
-            args = [*engine_args(node), "--timeout", f"{timeout:g}"]
-            return self.call(node, "stop", args, timeout * len(node.engine))
+            params = Params(engine=node.engine, timeout=timeout)
+            return self.call(node, "stop", params, timeout * len(node.engine))
 
         answers = self.on_every(step, nodes, stop)
         return f"stopped on {', '.join(answers)}", {"nodes": answers}
@@ -345,16 +339,11 @@ class _ClusterRun:
 
     def drop_caches(self) -> tuple[str, dict[str, Any]]:
         mem = self.config.memory
-        args = [
-            "--gate-gib",
-            f"{mem.start_min_available_gib:g}",
-            "--wait",
-            f"{mem.start_wait:g}",
-            "--interval",
-            f"{mem.drop_interval:g}",
-        ]
+        params = Params(
+            gate_gib=mem.start_min_available_gib, wait=mem.start_wait, interval=mem.drop_interval
+        )
         answers, failures = fan_out(
-            self.cluster.nodes, lambda node: self.call(node, "drop", args, mem.start_wait)
+            self.cluster.nodes, lambda node: self.call(node, "drop", params, mem.start_wait)
         )
         if failures:
             raise StepFailed(
@@ -371,7 +360,9 @@ class _ClusterRun:
         self.parts.journal.remember(self.id, **{f"{step}_sent": True})
 
         def start(node: ClusterNode) -> dict[str, Any]:
-            return self.call(node, "start", engine_args(node), 2 * self.config.docker.timeout)
+            return self.call(
+                node, "start", Params(engine=node.engine), 2 * self.config.docker.timeout
+            )
 
         answers = self.on_every(step, nodes, start)
         changed = [
@@ -446,8 +437,8 @@ class _ClusterRun:
         to_resume = [n for n in self.cluster.nodes if self.paused.get(n.name)]
 
         def resume(node: ClusterNode) -> dict[str, Any]:
-            args = [arg for name in self.paused[node.name] for arg in ("--voice", name)]
-            return self.call(node, "resume", args, self.config.docker.timeout * len(node.voice))
+            bound = self.config.docker.timeout * len(node.voice)
+            return self.call(node, "resume", Params(voice=self.paused[node.name]), bound)
 
         answers = self.on_every("resume_voice", to_resume, resume)
         said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]

@@ -3,6 +3,7 @@ fake link (the real one over SSH: test_cluster_docker.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -283,3 +284,14 @@ def test_adopted_voice_is_resumed_on_its_node(tmp_path: Path) -> None:
     outcome = restart_cluster(config, "manual", parts, adopt={"w1": ["tts"]})
     assert outcome.ok, outcome.error
     assert link.voice["w1"]["tts"] == "running" and sorted(link.verbs("resume")) == ["head", "w1"]
+
+
+def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
+    from sparkwarden.actions.history import format_run
+
+    outcome, journal, _ = run(tmp_path, FakeLink())
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    text = format_run(record)
+    assert re.search(r"^    confirm_stopped +ok +\d", text, re.MULTILINE), text
+    assert re.search(r"^    workers_running +ok +\d", text, re.MULTILINE), text

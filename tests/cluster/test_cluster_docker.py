@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import select
 import subprocess
 import tarfile
 import time
@@ -81,6 +82,28 @@ def test_dead_worker_is_a_crash_while_head_health_says_200(engine: Engine) -> No
     result = engine.cli("cluster", "restart")
     assert result.returncode == 0, result.stdout + result.stderr
     assert engine.wait_serving()["state"] == "serving"
+
+
+def test_watch_restarts_the_cluster_when_a_worker_dies(kit: ClusterKit, engine: Engine) -> None:
+    watch = kit.head.docker.run(
+        *engine.argv("cluster", "watch", "--interval", "1s", "--confirm", "2"), background=True
+    )
+    assert isinstance(watch, subprocess.Popen)
+    try:
+        before = engine.started_at("w1", engine.worker)
+        engine.stages["w1"].client.containers.get(engine.worker).kill()
+        deadline = time.monotonic() + 120
+        while engine.stages["w1"].status(engine.worker) != "running":
+            assert time.monotonic() < deadline and watch.poll() is None
+            time.sleep(0.5)
+        assert engine.started_at("w1", engine.worker) != before
+        assert engine.wait_serving(timeout=60)["state"] == "serving"
+    finally:
+        watch.kill()  # the watch this test started, by its pid
+        out, _ = watch.communicate()
+    assert re.search(r"crashed: the engine on w1 is down .*-> crashed: seen 1 of 2", out), out
+    runs = json.loads(engine.cli("history", "--json").stdout)
+    assert runs[0]["reason"] == "cluster-crash" and runs[0]["result"] == "ok", runs[0]
 
 
 def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) -> None:
@@ -199,19 +222,28 @@ def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_p
 
 
 def test_docs_commands_run_as_written(engine: Engine) -> None:
-    """Every ``$ `` line of docs/clusters.md, typed on the head with its config."""
-    commands = re.findall(r"^\$ (.+)$", DOCS.read_text(), re.MULTILINE)
-    assert commands
+    """Every ``$ `` line of docs/clusters.md, typed on the head with its config, and the
+    long-running watch of its ``sh`` block, until its first look."""
+    text = DOCS.read_text()
+    commands = re.findall(r"^\$ (.+)$", text, re.MULTILINE)
+    services = re.findall(r"```sh\n(sparkwarden cluster watch .+)\n```", text)
+    assert commands and len(services) == 1
+    env = {
+        "SPARKWARDEN_CONFIG": str(engine.config),
+        "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
     for command in commands:
-        result = engine.kit.head.docker.run(
-            "bash",
-            "-c",
-            command,
-            env={
-                "SPARKWARDEN_CONFIG": str(engine.config),
-                "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
-            },
-            timeout=180,
-        )
+        result = engine.kit.head.docker.run("bash", "-c", command, env=env, timeout=180)
         assert isinstance(result, subprocess.CompletedProcess)
         assert result.returncode == 0, f"{command}: {result.stdout}{result.stderr}"
+    watch = engine.kit.head.docker.run(
+        "bash", "-c", f"exec {services[0]}", env=env, background=True
+    )
+    assert isinstance(watch, subprocess.Popen) and watch.stdout is not None
+    try:
+        ready, _, _ = select.select([watch.stdout], [], [], 120)
+        first = watch.stdout.readline() if ready else "(nothing within 120s)"
+    finally:
+        watch.kill()  # the watch this test started, by its pid
+        watch.communicate()
+    assert " serving: all 2 nodes run their engine -> cluster serving" in first, first

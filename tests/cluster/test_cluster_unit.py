@@ -295,3 +295,18 @@ def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
     text = format_run(record)
     assert re.search(r"^    confirm_stopped +ok +\d", text, re.MULTILINE), text
     assert re.search(r"^    workers_running +ok +\d", text, re.MULTILINE), text
+
+
+def test_watch_restarts_a_crash_seen_twice_in_a_row_within_budget() -> None:
+    from sparkwarden.cluster.watch import decide
+
+    def act(looks: list[Any], runs: list[float], now: float = 1000.0) -> str:
+        return decide(looks, runs, now, confirm=2, max_runs=2, window=600.0).action
+
+    assert act(["serving", "crashed"], []) == "wait"  # once may be a rank mid-restart
+    assert act(["crashed", "crashed"], []) == "restart"
+    assert act(["head-down", "head-down"], []) == "restart"
+    assert act(["crashed", "unknown"], []) == "wait"  # an unreachable node is never guessed
+    assert act(["down", "down"], []) == "wait"  # stopped by someone, or a run failed already
+    assert act(["crashed", "crashed"], [900.0, 950.0]) == "give-up"  # budget spent
+    assert act(["crashed", "crashed"], [100.0, 950.0]) == "restart"  # the old one has aged out

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from sparkwarden.base import faults
 from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.cluster import watch as watch_mod
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.cluster.sequence import (
     STEPS,
@@ -16,11 +18,17 @@ from sparkwarden.cluster.sequence import (
     left_paused,
     restart_cluster,
 )
-from sparkwarden.cluster.verdict import NodeView, describe, judge, preflight_problems
+from sparkwarden.cluster.verdict import (
+    ClusterState,
+    NodeView,
+    describe,
+    judge,
+    preflight_problems,
+)
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.vllm.client import VllmClient
+from sparkwarden.vllm.client import Health, VllmClient
 
 
 def restart(config: Config, reason: str) -> int:
@@ -73,11 +81,7 @@ def _print_step(line: StepLine) -> None:
 def status(config: Config, as_json: bool) -> int:
     """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
     views = _look(config)
-    vllm = VllmClient(config.llm.base_url, config.llm.api_key())
-    try:
-        health = vllm.health(timeout=config.health.timeout)
-    finally:
-        vllm.close()
+    health = _head_health(config)
     verdict = judge(views, health.status)
     if as_json:
         print(
@@ -136,3 +140,36 @@ def _look(config: Config) -> list[NodeView]:
         return inspect_all(config, link)
     finally:
         link.close()
+
+
+def _head_health(config: Config) -> Health:
+    vllm = VllmClient(config.llm.base_url, config.llm.api_key())
+    try:
+        return vllm.health(timeout=config.health.timeout)
+    finally:
+        vllm.close()
+
+
+def watch(config: Config, interval: float, confirm: int) -> int:
+    """Look at every node each ``interval``; restart the cluster as one when a crash is seen on
+    ``confirm`` looks in a row, within ``[budget]`` (runs with reason ``cluster-crash``). Runs
+    until stopped; one line per look."""
+    looks: list[ClusterState] = []
+    while True:
+        verdict = judge(_look(config), _head_health(config).status)
+        looks = [*looks, verdict.state][-max(confirm, 1) :]
+        now = time.time()
+        journal = Journal(config.state.dir)
+        try:
+            since = journal.past_runs(now - config.budget.window)
+        finally:
+            journal.close()
+        started = [begun for reason, _, begun, _ in since if reason == watch_mod.REASON]
+        budget = config.budget
+        decision = watch_mod.decide(looks, started, now, confirm, budget.max_runs, budget.window)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        print(f"{stamp} {verdict.state}: {verdict.summary} -> {decision.why}", flush=True)
+        if decision.action == "restart":
+            restart(config, watch_mod.REASON)
+            looks = []
+        time.sleep(interval)

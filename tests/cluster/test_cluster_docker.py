@@ -10,6 +10,7 @@ import re
 import select
 import subprocess
 import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kits.clusterkit import ClusterKit, Engine, Node
+from sparkwarden.cluster.link import CONTROL_PREFIX
+from tests.kits.clusterkit import ClusterKit, Engine, Node, end_shared_ssh
 from tests.kits.commands import ROOT
 
 DOCS = ROOT / "docs" / "clusters.md"
@@ -99,8 +101,9 @@ def test_watch_restarts_the_cluster_when_a_worker_dies(kit: ClusterKit, engine: 
         assert engine.started_at("w1", engine.worker) != before
         assert engine.wait_serving(timeout=60)["state"] == "serving"
     finally:
-        watch.kill()  # the watch this test started, by its pid
+        watch.terminate()  # the watch this test started, by its pid
         out, _ = watch.communicate()
+    assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{watch.pid}-*"))
     assert re.search(r"crashed: the engine on w1 is down .*-> crashed: seen 1 of 2", out), out
     runs = json.loads(engine.cli("history", "--json").stdout)
     assert runs[0]["reason"] == "cluster-crash" and runs[0]["result"] == "ok", runs[0]
@@ -210,6 +213,7 @@ def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_p
         time.sleep(0.5)  # held after stop_workers acted, before it is recorded
         run.kill()  # sparkwarden on the head dies mid-run, by its pid
         run.communicate()
+        end_shared_ssh(kit, run.pid)
         assert engine.status()["state"] == "down"
         result = engine.cli("cluster", "restart")
         assert result.returncode == 0, result.stdout + result.stderr
@@ -244,6 +248,7 @@ def test_docs_commands_run_as_written(engine: Engine) -> None:
         ready, _, _ = select.select([watch.stdout], [], [], 120)
         first = watch.stdout.readline() if ready else "(nothing within 120s)"
     finally:
-        watch.kill()  # the watch this test started, by its pid
+        watch.terminate()  # the watch this test started, by its pid
         watch.communicate()
+    assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{watch.pid}-*"))
     assert " serving: all 2 nodes run their engine -> cluster serving" in first, first

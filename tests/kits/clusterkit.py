@@ -25,6 +25,7 @@ from typing import Any
 import docker
 
 from devtools.standin.stage import IMAGE, Stage, ensure_image, free_port, write_config
+from sparkwarden.cluster.link import CONTROL_PREFIX
 from tests.kits.commands import ROOT
 from tests.kits.privatedocker import PrivateDocker
 
@@ -327,3 +328,16 @@ class Engine:
 
 def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
+
+
+def end_shared_ssh(kit: ClusterKit, pid: int) -> None:
+    """What a sparkwarden killed by a test left: its shared SSH connections (ended through their
+    own control sockets) and their folder."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{pid}-*"):
+        for control in folder.iterdir():
+            subprocess.run(
+                [*kit.head.enter(), "ssh", "-o", f"ControlPath={control}", "-O", "exit", "x"],
+                capture_output=True,
+                check=False,
+            )
+        shutil.rmtree(folder, ignore_errors=True)

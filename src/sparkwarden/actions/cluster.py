@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -155,6 +156,9 @@ def watch(config: Config, interval: float, confirm: int) -> int:
     ``confirm`` looks in a row, within ``[budget]`` (runs with reason ``cluster-crash``). Runs
     until stopped; one line per look."""
     looks: list[ClusterState] = []
+    # SIGTERM (systemd's stop) ends the loop through the finally blocks: voice resumed by a run
+    # in progress, the shared SSH connections closed.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(0))
     while True:
         verdict = judge(_look(config), _head_health(config).status)
         looks = [*looks, verdict.state][-max(confirm, 1) :]

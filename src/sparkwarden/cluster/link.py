@@ -27,6 +27,8 @@ SSH_FAILED = 255
 NOT_FOUND = 127
 #: How long an idle shared SSH connection outlives its last use (closed at the end of a run).
 CONTROL_PERSIST = "120"
+#: The shared connections' folder in the temp dir: this, the process ID, a random tail.
+CONTROL_PREFIX = "sparkwarden-ssh-"
 
 
 class NodeUnreachable(SparkwardenError):
@@ -104,7 +106,8 @@ class SshLink:
 
     def __init__(self, cluster: ClusterConfig) -> None:
         self.cluster = cluster
-        self._dir = tempfile.mkdtemp(prefix="sparkwarden-ssh-")  # private: 0700
+        # private (0700), named for this process: what a killed one leaves can be told apart
+        self._dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-")
         self._control = os.path.join(self._dir, "%C")
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:

@@ -12,6 +12,8 @@ named by the first status look after the kill, within 3 s.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -75,6 +77,13 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             engine.wait_serving()
             ours.append(timed(*engine.argv("cluster", "restart")))
             engine.wait_serving()
+        runs = json.loads(engine.cli("history", "--json", "--limit", "50").stdout)
+        inside = [
+            float(step["detail"]["seconds"])
+            for run in runs
+            for step in run["steps"]
+            if step["name"] == "preflight" and "seconds" in step["detail"]
+        ]
         look = [timed(*engine.argv("cluster", "status")) for _ in range(5)]
         engine.stages["w1"].client.containers.get(engine.worker).kill()
         killed = time.perf_counter()
@@ -87,6 +96,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     diffs = [o - b for o, b in zip(ours, plain, strict=True)]
     return {
         "preflight": spread(preflight),
+        "preflight_in_run": spread(inside),
+        "load_1m": os.getloadavg()[0],
         "sparkwarden": spread(ours),
         "bare": spread(plain),
         "overhead": spread(diffs),

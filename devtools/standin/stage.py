@@ -40,6 +40,14 @@ def ensure_image(client: docker.DockerClient) -> str:
         return IMAGE
     except docker.errors.ImageNotFound:
         pass
+    repo, tag = IMAGE.split(":")
+    client.api.import_image_from_data(skeleton(), repository=repo, tag=tag)
+    return IMAGE
+
+
+def skeleton(*extra: str) -> bytes:
+    """The image's rootfs as a tar: empty folders for the host's bind mounts (and ``extra``
+    ones: the same files under another image ID)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in (
@@ -55,14 +63,13 @@ def ensure_image(client: docker.DockerClient) -> str:
             "dev",
             "standin",
             "run",
+            *extra,
         ):
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE
             info.mode = 0o1777 if name == "tmp" else 0o755
             tar.addfile(info)
-    repo, tag = IMAGE.split(":")
-    client.api.import_image_from_data(buffer.getvalue(), repository=repo, tag=tag)
-    return IMAGE
+    return buffer.getvalue()
 
 
 def free_port() -> int:

@@ -4,12 +4,10 @@ multi-node stand-in (rank 0 on the head, a headless rank on the worker)."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import select
 import subprocess
-import tarfile
 import tempfile
 import time
 import uuid
@@ -18,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.standin.stage import skeleton
 from sparkwarden.cluster.link import CONTROL_PREFIX
+from sparkwarden.cluster.sequence import STEPS
 from tests.kits.clusterkit import ClusterKit, Engine, Node, end_shared_ssh
 from tests.kits.commands import ROOT
 
@@ -49,17 +49,7 @@ def test_healthy_cluster_restarted_as_one_over_ssh(engine: Engine) -> None:
     result = engine.cli("cluster", "restart")
     assert result.returncode == 0, result.stdout + result.stderr
     order = re.findall(r"\] (\w+)\s+ok", result.stdout)
-    assert order[:9] == [
-        "preflight",
-        "pause_voice",
-        "stop_head",
-        "stop_workers",
-        "confirm_stopped",
-        "drop_caches",
-        "start_workers",
-        "start_head",
-        "wait_health",
-    ]
+    assert order == list(STEPS)  # every step ok, in the one order
     for node, name in (("head", engine.head), ("w1", engine.worker)):
         attrs = engine.stages[node].attrs(name)
         assert attrs["Id"] == ids[node]  # the same containers
@@ -127,31 +117,10 @@ def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) 
 
 
 def other_image(node: Node) -> str:
-    """The stand-in's skeleton again, imported anew: the same files, another image ID."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in (
-            "usr",
-            "lib",
-            "lib64",
-            "bin",
-            "sbin",
-            "etc",
-            "tmp",
-            "proc",
-            "sys",
-            "dev",
-            "standin",
-            "run",
-            "other",
-        ):
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o1777 if name == "tmp" else 0o755
-            tar.addfile(info)
+    """The stand-in's skeleton again with one more folder: the same files, another image ID."""
     tag = f"swt-other-{uuid.uuid4().hex[:6]}"
     node.client().api.import_image_from_data(
-        buffer.getvalue(), repository="sparkwarden-other", tag=tag
+        skeleton("other"), repository="sparkwarden-other", tag=tag
     )
     return f"sparkwarden-other:{tag}"
 

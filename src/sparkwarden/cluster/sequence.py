@@ -38,6 +38,7 @@ from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
 from sparkwarden.restart.journal import Journal, RunRecord
+from sparkwarden.restart.probes import prove_chat
 from sparkwarden.vllm.client import VllmClient
 
 STEPS: Final = (
@@ -403,20 +404,7 @@ class _ClusterRun:
             parts.sleep(llm.poll_interval)
 
     def chat_probe(self) -> tuple[str, dict[str, Any]]:
-        llm, parts = self.config.llm, self.parts
-        model = llm.model or parts.vllm.served_model()
-        if not model:
-            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
-        began = parts.monotonic()
-        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
-        seconds = round(parts.monotonic() - began, 3)
-        if not outcome.ok:
-            raise StepFailed(
-                "chat_probe",
-                f"/health said 200 but the chat request failed: {outcome.detail}",
-                {"model": model, "seconds": seconds},
-            )
-        return f"{model} {outcome.detail} in {seconds:.1f}s", {"model": model, "seconds": seconds}
+        return prove_chat(self.config.llm, self.parts.vllm, self.parts.monotonic)
 
     def workers_running(self) -> tuple[str, dict[str, Any]]:
         views = [v for v in inspect_all(self.config, self.parts.link) if v.role == "worker"]

@@ -121,6 +121,12 @@ def lines(r: dict[str, Any]) -> list[Line]:
             r["overhead"]["median"] <= 6.0,
         ),
         median_at_most(
+            "preflight step inside a run, s",
+            r["preflight_in_run"],
+            f"load {r['load_1m']:.1f} on {os.cpu_count()} cores",
+            3.0,
+        ),
+        median_at_most(
             "cluster status look, s", r["status_look"], f"max {r['status_look']['max']:.2f}", 3.0
         ),
         Line(

@@ -11,6 +11,10 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkwarden.config.schema import Config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -269,10 +273,16 @@ def _status(args: argparse.Namespace) -> int:
 
     try:
         where = locate.places(args.config)
+        # Only a cluster's head pays for the schema: it needs the nodes, and SSH costs more.
+        config: Config | None = None
+        if where.cluster:
+            from sparkwarden.config import schema as config_mod
+
+            config = config_mod.load(args.config)
     except ConfigError as exc:
         return _refuse(exc, EXIT_USAGE)
     try:
-        return status.run(where, as_json=args.json)
+        return status.run(where, as_json=args.json, config=config)
     except SparkwardenError as exc:
         return _refuse(exc, EXIT_FAILED)
 

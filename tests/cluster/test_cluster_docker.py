@@ -99,6 +99,36 @@ def test_watch_restarts_the_cluster_when_a_worker_dies(kit: ClusterKit, engine: 
     assert runs[0]["reason"] == "cluster-crash" and runs[0]["result"] == "ok", runs[0]
 
 
+def test_status_on_the_head_shows_every_node_over_ssh(kit: ClusterKit, engine: Engine) -> None:
+    """``ssh spark sparkwarden status`` stays the one command: typed into the head over SSH, it
+    shows every node; a dead worker and then an unreachable one are named."""
+
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return kit.ssh(kit.head, "head", *engine.argv("status", *args))
+
+    cluster = json.loads(status("--json").stdout)["cluster"]
+    assert cluster["problems"] == [] and cluster["state"] == "serving", cluster
+    assert {n: v["reachable"] for n, v in cluster["nodes"].items()} == {"head": True, "w1": True}
+    text = status().stdout
+    assert re.search(
+        rf"^  w1 +worker +reachable +{engine.worker} running, [\d.]+/[\d.]+ GiB", text, re.M
+    ), text
+    assert re.search(rf"^  head +head +reachable +{engine.head} running", text, re.M), text
+    engine.stages["w1"].client.containers.get(engine.worker).kill()
+    dead = status("--json")
+    assert dead.returncode == 1
+    assert json.loads(dead.stdout)["cluster"]["problems"] == [f"w1: {engine.worker} is exited"]
+    kit.stop_sshd(kit.node("w1"))
+    try:
+        gone = status()
+    finally:
+        kit.start_sshd(kit.node("w1"))
+    assert gone.returncode == 1
+    assert re.search(
+        r"^  w1 +worker +UNREACHABLE +node w1 is unreachable: ssh", gone.stdout, re.M
+    ), gone.stdout
+
+
 def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) -> None:
     worker = kit.node("w1")
     before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}

@@ -13,9 +13,10 @@ from sparkwarden.base.errors import ConfigError
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
 from sparkwarden.cluster.node import Params
 from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
-from sparkwarden.cluster.verdict import NodeView, judge, preflight_problems
+from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
 from sparkwarden.restart.journal import Journal, RunRecord
+from sparkwarden.surfaces import status_text
 from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
 
 IMAGE = "sha256:" + "a" * 64
@@ -206,6 +207,28 @@ def test_serving_and_down() -> None:
     down = [view("head", "head", "exited"), view("w1", "worker", "exited")]
     assert judge(down, "loading").state == "down"
     assert judge([view("head", "head"), view("w1", "worker")], "dead").state == "unhealthy"
+
+
+def test_status_on_the_head_exits_1_for_an_unreachable_node_or_a_dead_worker() -> None:
+    """The head's own snapshot is sound (daemon running, its LLM running): only the cluster
+    field can make ``sparkwarden status`` exit 1, and its text has one line per node."""
+    sound = {"daemon": {"running": True}, "llm": {"status": "running"}}
+    serving = as_json([view("head", "head"), view("w1", "worker")], None)
+    assert serving["problems"] == []
+    assert status_text.exit_code({**sound, "cluster": serving}) == status_text.EXIT_OK
+    for bad, said in (
+        (view("w1", "worker", "exited"), "e-w1 is exited"),
+        (view("w1", "worker", None), "unreachable"),
+    ):
+        cluster = as_json([view("head", "head"), bad], None)
+        assert any(said in p for p in cluster["problems"]), cluster
+        assert status_text.exit_code({**sound, "cluster": cluster}) == status_text.EXIT_PROBLEM
+    lines = status_text.format_text({**sound, "cluster": cluster}).splitlines()
+    assert lines[-3].startswith("cluster:     unknown: no answer from w1")
+    assert re.match(r"  head +head +reachable +e-head running, 9.0/12.0 GiB available$", lines[-2])
+    assert re.match(
+        r"  w1 +worker +UNREACHABLE +unreachable: ssh: Connection timed out$", lines[-1]
+    )
 
 
 def test_preflight_problems_name_each_node() -> None:

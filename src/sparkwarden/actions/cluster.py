@@ -15,17 +15,12 @@ from sparkwarden.cluster.sequence import (
     STEPS,
     ClusterParts,
     StepLine,
-    inspect_all,
     left_paused,
+    look,
     restart_cluster,
 )
-from sparkwarden.cluster.verdict import (
-    ClusterState,
-    NodeView,
-    describe,
-    judge,
-    preflight_problems,
-)
+from sparkwarden.cluster.verdict import ClusterState, describe, judge, preflight_problems
+from sparkwarden.cluster.verdict import as_json as cluster_json
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.lock import RunLock
@@ -81,28 +76,11 @@ def _print_step(line: StepLine) -> None:
 
 def status(config: Config, as_json: bool) -> int:
     """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
-    views = _look(config)
+    views = look(config)
     health = _head_health(config)
     verdict = judge(views, health.status)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "state": verdict.state,
-                    "summary": verdict.summary,
-                    "head_health": health.status,
-                    "nodes": {
-                        v.name: {
-                            "role": v.role,
-                            "reachable": v.reachable,
-                            "answer": v.answer,
-                            "problem": v.problem,
-                        }
-                        for v in views
-                    },
-                }
-            )
-        )
+        print(json.dumps(cluster_json(views, health.status)))
     else:
         print(f"cluster: {verdict.state}: {verdict.summary}")
         print(f"  head /health: {health.status} ({health.detail})")
@@ -113,7 +91,7 @@ def status(config: Config, as_json: bool) -> int:
 
 def preflight(config: Config, as_json: bool) -> int:
     """What a restart's first step checks, touching nothing."""
-    views = _look(config)
+    views = look(config)
     problems = preflight_problems(views)
     if as_json:
         print(
@@ -130,17 +108,6 @@ def preflight(config: Config, as_json: bool) -> int:
             print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
         print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
     return 0 if not problems else 1
-
-
-def _look(config: Config) -> list[NodeView]:
-    """Every node's answer now (one SSH connection per node, closed after)."""
-    if config.cluster is None:
-        raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
-    link = SshLink(config.cluster)
-    try:
-        return inspect_all(config, link)
-    finally:
-        link.close()
 
 
 def _head_health(config: Config) -> Health:
@@ -160,7 +127,7 @@ def watch(config: Config, interval: float, confirm: int) -> int:
     # in progress, the shared SSH connections closed.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(0))
     while True:
-        verdict = judge(_look(config), _head_health(config).status)
+        verdict = judge(look(config), _head_health(config).status)
         looks = [*looks, verdict.state][-max(confirm, 1) :]
         now = time.time()
         journal = Journal(config.state.dir)

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from sparkwarden.base import logs
 from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
-from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable
+from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
@@ -114,10 +114,11 @@ def fan_out(
     return answers, failures
 
 
-def inspect_all(config: Config, link: Link) -> list[NodeView]:
-    """Every node's ``node inspect`` answer, in parallel, as views (unreachable ones too)."""
+def inspect_all(config: Config, link: Link, margin: float = CALL_MARGIN) -> list[NodeView]:
+    """Every node's ``node inspect`` answer, in parallel, as views (unreachable ones too);
+    each call bounded by the connect timeout plus ``margin``."""
     cluster = _cluster(config)
-    timeout = cluster.connect_timeout + CALL_MARGIN
+    timeout = cluster.connect_timeout + margin
 
     def ask(node: ClusterNode) -> dict[str, Any]:
         return link.call(node, "inspect", Params(node.engine, node.voice), timeout)
@@ -132,6 +133,16 @@ def inspect_all(config: Config, link: Link) -> list[NodeView]:
         )
         for i, node in enumerate(cluster.nodes)
     ]
+
+
+def look(config: Config, margin: float = CALL_MARGIN) -> list[NodeView]:
+    """Every node's answer now, over a link of its own (one SSH connection per node, closed
+    after)."""
+    link = SshLink(_cluster(config))
+    try:
+        return inspect_all(config, link, margin)
+    finally:
+        link.close()
 
 
 def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:

@@ -109,9 +109,52 @@ def judge(views: list[NodeView], head_health: str | None) -> Verdict:
     return Verdict("serving", f"all {len(views)} nodes run their engine", lines)
 
 
+def node_problems(views: list[NodeView]) -> list[str]:
+    """What makes ``sparkwarden status`` on the head exit 1: a node that did not answer, or a
+    worker whose engine container is not running (the head's own engine is status's ``llm``)."""
+    problems = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
+    problems += [
+        f"{v.name}: {e.get('name')} is {e.get('status')}"
+        for v in views
+        if v.reachable and v.role == "worker"
+        for e in v.engines
+        if e.get("status") != "running"
+    ]
+    return problems
+
+
+def as_json(views: list[NodeView], head_health: str | None) -> dict[str, Any]:
+    """The cluster as ``cluster status --json`` and ``status --json``'s ``cluster`` show it."""
+    verdict = judge(views, head_health)
+    return {
+        "state": verdict.state,
+        "summary": verdict.summary,
+        "head_health": head_health,
+        "problems": node_problems(views),
+        "nodes": {
+            v.name: {
+                "role": v.role,
+                "reachable": v.reachable,
+                "answer": v.answer,
+                "problem": v.problem,
+            }
+            for v in views
+        },
+    }
+
+
+def from_json(nodes: dict[str, Any]) -> list[NodeView]:
+    """The views back from :func:`as_json`'s ``nodes`` (status renders its text from them)."""
+    return [
+        NodeView(name, n.get("role", "worker"), n.get("answer"), str(n.get("problem") or ""))
+        for name, n in nodes.items()
+    ]
+
+
 def describe(view: NodeView) -> str:
+    """One node in words: its engine containers' state and memory, or why it did not answer."""
     if view.answer is None:
-        return view.problem
+        return view.problem or "unreachable"
     parts = [f"{e.get('name')} {e.get('status')}" for e in view.engines]
     memory = view.answer.get("memory") or {}
     if isinstance(memory.get("available_gib"), int | float):

@@ -49,11 +49,15 @@ class FakeLink:
         }
         self.voice = {"head": {"stt": "running"}, "w1": {}}
         self.unreachable: set[str] = set()
+        #: (node, verb): that node stops answering from that call on
+        self.lose_at: tuple[str, str] | None = None
         self.low_memory: set[str] = set()
 
     def call(self, node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
         assert timeout > 0
         self.calls.append((node.name, verb))
+        if self.lose_at == (node.name, verb):
+            self.unreachable.add(node.name)
         if node.name in self.unreachable:
             raise NodeUnreachable(
                 node.name, "ssh: connect to host spark2 port 22: No route to host"
@@ -156,6 +160,37 @@ def test_memory_not_back_on_one_node_starts_nothing_and_resumes_voice(tmp_path: 
     assert outcome.failed_step == "drop_caches" and "w1" in (outcome.error or "")
     assert link.verbs("start") == [] and engine.chats == 0
     assert link.voice["head"]["stt"] == "running"
+
+
+@pytest.mark.parametrize("verb", ["stop", "drop"])
+def test_node_lost_mid_run_is_not_touched_again_and_named(tmp_path: Path, verb: str) -> None:
+    nodes = [
+        {"name": "head", "engine": ["vllm-head"], "voice": ["stt"]},
+        {"name": "w1", "ssh": "root@spark2", "engine": ["vllm-w1"], "voice": ["tts"]},
+    ]
+    config = make_config(tmp_path, nodes=nodes)
+    link = FakeLink()
+    link.voice["w1"] = {"tts": "running"}
+    link.lose_at = ("w1", verb)
+    journal = Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
+    outcome = restart_cluster(config, "manual", parts)
+    assert (
+        not outcome.ok
+        and outcome.failed_step == {"stop": "stop_workers", "drop": "drop_caches"}[verb]
+    )
+    assert "node w1 is unreachable" in (outcome.error or "")
+    assert "left paused on w1 (tts)" in (outcome.error or "")
+    lost_at = link.calls.index(("w1", verb))
+    assert "w1" not in [n for n, _ in link.calls[lost_at + 1 :]]  # never touched again
+    assert link.verbs("start") == []  # nothing started
+    assert link.voice["head"]["stt"] == "running"  # resumed where it could be
+    record = journal.runs(limit=1)[0]
+    assert record.plan["cluster_voice_left"] == {"w1": ["tts"]}
+    assert left_paused(journal.runs(limit=5)) == {"w1": ["tts"]}  # the next run resumes it
+    resume = next(s for s in record.steps if s.name == "resume_voice")
+    assert resume.result == "failed" and resume.detail["left_paused"] == {"w1": ["tts"]}
+    journal.close()
 
 
 def test_a_recreated_container_fails_the_start(tmp_path: Path) -> None:

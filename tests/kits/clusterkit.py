@@ -42,6 +42,8 @@ class Node:
     address: str
     docker: PrivateDocker
     sshd: subprocess.Popen[bytes] | None = None
+    #: the node's end of its veth into the LAN
+    link: str = ""
 
     @property
     def netns(self) -> str:
@@ -120,6 +122,7 @@ class ClusterKit:
         _run("ip", "-n", self.lan, "link", "set", outer, "master", "br0", "up")
         _run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", inner)
         _run("ip", "-n", node.netns, "link", "set", inner, "up")
+        node.link = inner
 
     def _sshd(self, node: Node) -> None:
         home = self.base / node.name
@@ -230,6 +233,10 @@ class ClusterKit:
             node.sshd.terminate()
             node.sshd.wait(timeout=10)
 
+    def cut(self, node: Node, up: bool = False) -> None:
+        """The node off the LAN (its veth down: packets dropped, nothing refused), or back."""
+        _run("ip", "-n", node.netns, "link", "set", node.link, "up" if up else "down")
+
     def close(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -252,10 +259,11 @@ class Engine:
         tmp_path: Path,
         worker_image: str | None = None,
         worker_voice: bool = False,
+        head_voice: bool = False,
         **sections: dict[str, Any],
     ) -> None:
         """``worker_image``: the worker's rank from another image (a node that pulled another
-        tag); ``worker_voice``: a voice container on the worker; ``sections``: config."""
+        tag); ``worker_voice``, ``head_voice``: a voice container there; ``sections``: config."""
         self.kit = kit
         self.port, self.master_port = free_port(), free_port()
         self.stages = {n.name: Stage(n.client()) for n in kit.nodes}
@@ -273,11 +281,17 @@ class Engine:
             "rank1", *worker_args, network_mode="host", image=worker_image
         )
         self.voice = [self.stages[worker.name].voice("stt")] if worker_voice else []
+        self.head_voice = [self.stages["head"].voice("tts")] if head_voice else []
         self.head, _ = self.stages["head"].llm(
             "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
         )
         nodes = [
-            {"name": "head", "engine": [self.head], "sparkwarden": SPARKWARDEN},
+            {
+                "name": "head",
+                "engine": [self.head],
+                "voice": self.head_voice,
+                "sparkwarden": SPARKWARDEN,
+            },
             {
                 "name": "w1",
                 "ssh": "w1",

@@ -23,6 +23,8 @@ from sparkwarden.config.schema import ClusterConfig, ClusterNode
 
 #: ssh's own exit code for "could not connect or authenticate".
 SSH_FAILED = 255
+#: Unanswered keep-alives before ssh gives a node up (each ``connect_timeout`` apart).
+ALIVE_COUNT = 3
 #: A shell's "command not found".
 NOT_FOUND = 127
 #: How long an idle shared SSH connection outlives its last use (closed at the end of a run).
@@ -67,7 +69,11 @@ def node_argv(
     if control:
         ssh += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}"]
         ssh += ["-o", f"ControlPersist={CONTROL_PERSIST}"]
-    ssh += ["-o", f"ConnectTimeout={math.ceil(cluster.connect_timeout)}"]
+    seconds = math.ceil(cluster.connect_timeout)
+    ssh += ["-o", f"ConnectTimeout={seconds}"]
+    # A node lost mid-call (link down, box hung) ends the call within about three connect
+    # timeouts, not at the step's own bound: the run then stops touching that node.
+    ssh += ["-o", f"ServerAliveInterval={seconds}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
     if cluster.ssh_config is not None:
         ssh += ["-F", str(cluster.ssh_config)]
     # The remote side runs one shell line: quote it so names reach the node's argv unchanged.

@@ -21,6 +21,10 @@ node's figures:
 11. ``workers_running`` every worker's engine container still running (a rank that died at
                        start would leave the head healthy and hung)
 12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
+
+A node that does not answer in the middle of a run fails the step that needed it, naming it;
+the run then never calls that node again (its voice left paused is named, and resumed by the
+next cluster run), and since every start comes after every node's memory gate, nothing starts.
 """
 
 from __future__ import annotations
@@ -148,12 +152,16 @@ def look(config: Config, margin: float = CALL_MARGIN) -> list[NodeView]:
 def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
     """Voice that cluster runs cut short (still ``running``, or found ``interrupted``) may have
     left paused, per node, from the newest run back to the last cluster run that ended (it
-    resumed its own). ``runs``: newest first."""
+    resumed its own, but on the nodes it lost: its ``cluster_voice_left``). ``runs``: newest
+    first."""
     left: dict[str, list[str]] = {}
     for record in runs:
         if "cluster" not in record.plan:
             continue
         if record.result not in ("running", "interrupted"):
+            # it resumed its own, but for what it could not reach
+            for node, names in dict(record.plan.get("cluster_voice_left") or {}).items():
+                left[node] = sorted({*left.get(node, []), *names})
             break
         for node, names in dict(record.plan.get("cluster_voice") or {}).items():
             left[node] = sorted({*left.get(node, []), *names})
@@ -232,6 +240,8 @@ class _ClusterRun:
         self.views: list[NodeView] = []
         self.ids: dict[str, dict[str, str]] = {}  # node -> engine name -> container ID
         self.paused: dict[str, list[str]] = {}
+        #: nodes that did not answer in this run, and why: never called again in it
+        self.lost: dict[str, str] = {}
 
     # --- recording -----------------------------------------------------------------------
     def step(self, name: str, action: Callable[[], tuple[str, dict[str, Any]]]) -> None:
@@ -258,9 +268,17 @@ class _ClusterRun:
         self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds))
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
-        return self.parts.link.call(
-            node, verb, params, bound + self.cluster.connect_timeout + CALL_MARGIN
-        )
+        """One verb on one node; a node that did not answer once in this run is not tried
+        again (the run stops touching it, and says so)."""
+        if node.name in self.lost:
+            raise NodeUnreachable(node.name, f"not tried again in this run: {self.lost[node.name]}")
+        try:
+            return self.parts.link.call(
+                node, verb, params, bound + self.cluster.connect_timeout + CALL_MARGIN
+            )
+        except NodeUnreachable as exc:
+            self.lost[node.name] = exc.detail
+            raise
 
     def on_every(
         self, step: str, nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
@@ -433,12 +451,33 @@ class _ClusterRun:
         return f"every worker's engine runs ({', '.join(v.name for v in views)})", detail
 
     def resume_voice(self) -> tuple[str, dict[str, Any]]:
+        """Every node it can reach; what stays paused on a node lost in this run is named here
+        and in the journal (``cluster_voice_left``), and the next cluster run resumes it."""
         to_resume = [n for n in self.cluster.nodes if self.paused.get(n.name)]
+        left = {n.name: self.paused[n.name] for n in to_resume if n.name in self.lost}
 
         def resume(node: ClusterNode) -> dict[str, Any]:
             bound = self.config.docker.timeout * len(node.voice)
             return self.call(node, "resume", Params(voice=self.paused[node.name]), bound)
 
-        answers = self.on_every("resume_voice", to_resume, resume)
+        answers, failures = fan_out([n for n in to_resume if n.name not in left], resume)
+        for node in self.cluster.nodes:
+            # lost while pausing: what it paused is unknown, so all it was told to
+            if node.name in self.lost and node.voice and "pause_voice" in self.taken:
+                left.setdefault(node.name, sorted(node.voice))
+        self.parts.journal.remember(self.id, cluster_voice_left=left)
         said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]
-        return "resumed " + ("; ".join(said) if said else "nothing"), {"nodes": answers}
+        detail: dict[str, Any] = {"nodes": answers}
+        if left or failures:
+            unreached = [
+                f"left paused on {n} ({', '.join(v)}): {self.lost[n]}"
+                for n, v in left.items()
+                if n in self.lost
+            ]
+            why = unreached + [f for n, f in failures.items() if n not in left]
+            raise StepFailed(
+                "resume_voice",
+                "resumed " + ("; ".join(said) or "nothing") + "; " + "; ".join(why),
+                {**detail, "failed": failures, "left_paused": left, "lost": dict(self.lost)},
+            )
+        return "resumed " + ("; ".join(said) if said else "nothing"), detail

@@ -130,6 +130,13 @@ def test_status_on_the_head_shows_every_node_over_ssh(kit: ClusterKit, engine: E
     ), gone.stdout
 
 
+def test_doctor_on_the_head_sees_the_native_set_up_on_every_node(engine: Engine) -> None:
+    """Read from the rank containers' own command lines, on each node, over SSH."""
+    result = engine.cli("doctor")
+    assert "INFO    cluster: sees the native set-up on every node (2 nodes)" in result.stdout
+    assert "cluster: native ranks complete: head rank 0, w1 rank 1" in result.stdout, result.stdout
+
+
 def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) -> None:
     worker = kit.node("w1")
     before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}

@@ -13,6 +13,7 @@ from sparkwarden.base.errors import ConfigError
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
 from sparkwarden.cluster.node import Params
 from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
+from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
 from sparkwarden.restart.journal import Journal, RunRecord
@@ -264,6 +265,51 @@ def test_status_on_the_head_exits_1_for_an_unreachable_node_or_a_dead_worker() -
     assert re.match(
         r"  w1 +worker +UNREACHABLE +unreachable: ssh: Connection timed out$", lines[-1]
     )
+
+
+def node(name: str, role: str, command: list[str], auto_remove: bool = False) -> NodeView:
+    engine = {"name": f"e-{name}", "status": "running", "command": command}
+    return NodeView(name, role, {"engines": [{**engine, "auto_remove": auto_remove}]})  # type: ignore[arg-type]
+
+
+RANK = ["vllm", "serve", "m", "--nnodes=2", "--master-port", "29501"]
+
+
+def said(findings: list[Any]) -> list[tuple[str, str]]:
+    return [(f.severity, f.message) for f in findings]
+
+
+def test_doctor_sees_the_native_set_up_and_what_it_lacks() -> None:
+    head = node("head", "head", ["bash", "-c", " ".join([*RANK, "--node-rank", "0"])])
+    good = node("w1", "worker", [*RANK, "--node-rank", "1", "--headless", "--master-addr", "x"])
+    findings = said(check_setup([head, good], "native"))
+    assert ("info", "sees the native set-up on every node (2 nodes)") in findings
+    assert ("info", "native ranks complete: head rank 0, w1 rank 1") in findings
+    assert not [f for f in findings if f[0] == "error"]
+    bad = node("w1", "worker", [*RANK, "--node-rank", "0"])
+    (error,) = [m for s, m in said(check_setup([head, bad], "native")) if s == "error"]
+    assert "w1: --node-rank 0 also on head" in error
+    assert "w1: a worker without --headless" in error and "without --master-addr" in error
+
+
+def test_doctor_names_ray_and_launcher_set_ups_not_driven() -> None:
+    ray = ["/bin/bash", "-c", "ray start --block --head --port=6379"]
+    views = [node("head", "head", ray), node("w1", "worker", ["ray", "start", "--address=h:6379"])]
+    findings = said(check_setup(views, "native"))
+    assert ("info", "sees the ray set-up on every node (2 nodes)") in findings
+    assert ("error", "cluster.setup is 'native' but the containers show the ray set-up") in findings
+    idle = ["sleep", "infinity"]
+    views = [node("head", "head", idle, True), node("w1", "worker", idle, True)]
+    assert ("info", "sees the launcher set-up on every node (2 nodes)") in said(
+        check_setup(views, "native")
+    )
+    mixed = [node("head", "head", idle, True), node("w1", "worker", ["python", "app.py"])]
+    errors = [m for s, m in said(check_setup(mixed, "native")) if s == "error"]
+    assert errors == [
+        "set-up not recognised on w1/e-w1: no --nnodes, no ray start, not a --rm launcher container"
+    ]
+    lost = [node("head", "head", idle, True), view("w1", "worker", None)]
+    assert "w1: not checked: unreachable" in said(check_setup(lost, "native"))[0][1]
 
 
 def test_preflight_problems_name_each_node() -> None:

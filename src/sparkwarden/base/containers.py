@@ -18,6 +18,12 @@ UP_STATUSES = frozenset({"running", "paused", "restarting"})
 FIGHTING: Final = ("always", "unless-stopped", "on-failure")
 
 
+def command_line(attrs: dict[str, Any]) -> list[str]:
+    """A container's command as ``docker inspect`` has it: entrypoint, then its arguments."""
+    config = attrs.get("Config") or {}
+    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
+
 @dataclass(frozen=True)
 class ContainerState:
     """The fields of ``docker inspect`` that decisions need, and nothing else."""

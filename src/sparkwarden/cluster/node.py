@@ -16,7 +16,7 @@ from typing import Any, Literal
 from sparkwarden import __version__
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
-from sparkwarden.base.containers import voice_to_quiet
+from sparkwarden.base.containers import command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
 from sparkwarden.restart.memory_gate import drop_until
 
@@ -52,6 +52,9 @@ def engine_view(docker: DockerEngine, name: str) -> dict[str, Any]:
         "exit_code": state.exit_code,
         "oom_killed": state.oom_killed,
         "started_at": state.started_at.isoformat() if state.started_at else None,
+        # what doctor reads the set-up from (vLLM's rank flags, ray start, a --rm launcher)
+        "command": command_line(attrs),
+        "auto_remove": bool((attrs.get("HostConfig") or {}).get("AutoRemove")),
     }
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwarden.base import logs
-from sparkwarden.base.containers import ContainerState, choose_active
+from sparkwarden.base.containers import ContainerState, choose_active, command_line
 from sparkwarden.base.containers import voice_to_quiet as voice_to_quiet  # its old home
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
@@ -273,7 +273,7 @@ class LlmSteps(RunState):
 def engine_grace(attrs: dict[str, Any]) -> float | None:
     """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
     ``--config`` file through the container's mounts); None when not set."""
-    argv = doctor_rules.command_line(attrs)
+    argv = command_line(attrs)
     return doctor_rules.shutdown_timeout(serve_flags.read(argv, vllm_config_file(attrs, argv)[0]))
 
 

@@ -20,7 +20,7 @@ from devtools.standin.stage import skeleton
 from sparkwarden.base import faults
 from sparkwarden.cluster.link import CONTROL_PREFIX
 from sparkwarden.cluster.sequence import STEPS
-from tests.kits.clusterkit import ClusterKit, Engine, Node, end_shared_ssh
+from tests.kits.clusterkit import ClusterKit, Engine, LauncherEngine, Node, end_shared_ssh
 from tests.kits.commands import ROOT
 
 DOCS = ROOT / "docs" / "clusters.md"
@@ -272,6 +272,35 @@ def test_node_lost_mid_run_is_not_touched_again_and_named(kit: ClusterKit, tmp_p
         result = engine.cli("cluster", "restart")  # w1 back: the next run puts it right
         assert result.returncode == 0, result.stdout + result.stderr
         assert stages["w1"].status(engine.voice[0]) == "running"
+        assert engine.wait_serving()["state"] == "serving"
+    finally:
+        engine.close()
+
+
+def test_launcher_set_up_restarted_with_its_own_launcher(kit: ClusterKit, tmp_path: Path) -> None:
+    """eugr's set-up: ``--rm`` containers that a stop removes; the start is the launcher
+    command the config records, run on the head; doctor names the set-up."""
+    engine = LauncherEngine(kit, tmp_path)
+    try:
+        first = kit.head.docker.run(str(engine.script))  # the operator's own launch
+        assert isinstance(first, subprocess.CompletedProcess) and first.returncode == 0, first
+        engine.wait_serving(timeout=60)
+        before = {
+            n: engine.started_id(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))
+        }
+        doctor = engine.cli("doctor").stdout
+        assert "cluster: sees the launcher set-up on every node (2 nodes)" in doctor, doctor
+        assert "ERROR   cluster" not in doctor, doctor
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert re.search(r"start_workers\s+ok .*the launcher ran: ", result.stdout), result.stdout
+        assert re.search(
+            r"start_head\s+ok .*the launcher's containers run on head, w1", result.stdout
+        )
+        after = {
+            n: engine.started_id(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))
+        }
+        assert all(after[n] != before[n] for n in after)  # new --rm containers, by the launcher
         assert engine.wait_serving()["state"] == "serving"
     finally:
         engine.close()

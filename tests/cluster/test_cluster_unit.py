@@ -21,6 +21,7 @@ from sparkwarden.surfaces import status_text
 from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
 
 IMAGE = "sha256:" + "a" * 64
+TWO = {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "b", "ssh": "b", "engine": ["y"]}]}
 
 
 def make_config(tmp_path: Path, **cluster: Any) -> Config:
@@ -356,6 +357,12 @@ def test_answers_read_from_exit_code_and_json_line() -> None:
             },
             "cluster.nodes.1.ssh",
         ),
+        ({**TWO, "setup": "launcher"}, 'setup = "launcher" needs launcher = '),
+        (
+            {**TWO, "launcher": "./launch-cluster.sh"},
+            'launcher is only read with setup = "launcher"',
+        ),
+        ({**TWO, "setup": "ray"}, "cluster.setup"),
     ],
 )
 def test_bad_cluster_config_named(tmp_path: Path, cluster: dict[str, Any], message: str) -> None:

@@ -14,17 +14,28 @@ import contextlib
 import io
 import json
 import random
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 
-from devtools.standin.stage import IMAGE, Stage, ensure_image, free_port, write_config
+from devtools.standin.stage import (
+    IMAGE,
+    PYTHON,
+    Stage,
+    _volumes,
+    ensure_image,
+    free_port,
+    write_config,
+)
 from sparkwarden.cluster.link import CONTROL_PREFIX
 from tests.kits.commands import ROOT
 from tests.kits.privatedocker import PrivateDocker
@@ -338,6 +349,64 @@ class Engine:
     def close(self) -> None:
         for stage in self.stages.values():
             stage.cleanup()
+
+
+class LauncherEngine(Engine):
+    """The same two ranks made as eugr's launch-cluster.sh makes them: ``--rm`` containers
+    idling, the rank ``docker exec``'d into each, workers first; started by a small launcher
+    script the head's config records (``setup = "launcher"``)."""
+
+    def __init__(self, kit: ClusterKit, tmp_path: Path) -> None:
+        self.kit = kit
+        self.port, self.master_port = free_port(), free_port()
+        tag = uuid.uuid4().hex[:8]
+        self.head, self.worker = f"swt-{tag}-node0", f"swt-{tag}-node1"
+        rank = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
+        rank += ["--nnodes", "2", "--master-port", str(self.master_port)]
+        rank += ["--collective-timeout", "2"]
+        worker = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
+        self.script = tmp_path / "launch-cluster.sh"
+        self.script.write_text(
+            "#!/bin/bash\n# a stand-in for eugr's launch-cluster.sh: workers first, then the head\n"
+            "set -e\n"
+            f"ssh -F {kit.ssh_config} w1 {shlex.quote(self._launch(self.worker, worker))}\n"
+            f"{self._launch(self.head, [*rank, '--node-rank', '0'])}\n"
+        )
+        self.script.chmod(0o755)
+        nodes = [
+            {"name": "head", "engine": [self.head], "sparkwarden": SPARKWARDEN},
+            {"name": "w1", "ssh": "w1", "engine": [self.worker], "sparkwarden": SPARKWARDEN},
+        ]
+        cluster = {"nodes": nodes, "ssh_config": str(kit.ssh_config), "connect_timeout": "3s"}
+        cluster.update(setup="launcher", launcher=str(self.script))
+        self.config = write_config(
+            tmp_path / "sparkwarden.toml",
+            tmp_path / "state",
+            [self.head],
+            self.port,
+            [],
+            cluster=cluster,
+        )
+
+    @staticmethod
+    def _launch(name: str, rank: list[str]) -> str:
+        """One node's part: wait out the old container's removal, run the idle one, exec
+        the rank into it."""
+        mounts = " ".join(f"-v {src}:{v['bind']}:{v['mode']}" for src, v in _volumes().items())
+        idle = shlex.join([PYTHON, "-c", "import time; time.sleep(1e9)"])
+        return (
+            f"while docker inspect {name} >/dev/null 2>&1; do sleep 0.2; done; "
+            f"docker run -d --rm --name {name} --network host {mounts} {IMAGE} {idle} >/dev/null"
+            f" && docker exec -d {name} {shlex.join(rank)}"
+        )
+
+    def started_id(self, node: str, name: str) -> str:
+        return str(self.kit.node(node).client().containers.get(name).id)
+
+    def close(self) -> None:
+        for node, name in (("head", self.head), ("w1", self.worker)):
+            with contextlib.suppress(docker.errors.NotFound):
+                self.kit.node(node).client().containers.get(name).remove(force=True)
 
 
 def _run(*argv: str) -> None:

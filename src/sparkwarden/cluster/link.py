@@ -142,3 +142,23 @@ class SshLink:
                     [*argv, "--", node.ssh], capture_output=True, timeout=30, check=False
                 )
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def run_launcher(command: str, timeout: float) -> dict[str, Any]:
+    """The launcher's start command on the head (``bash -c``), as the operator would type it:
+    its exit code and the tail of what it said; :class:`NodeFailed` (the head) if it fails."""
+    try:
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise NodeFailed("head", f"the launcher did not return within {timeout:g}s") from None
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+    if proc.returncode != 0:
+        said = tail[-1] if tail else "no output"
+        raise NodeFailed("head", f"the launcher exited with code {proc.returncode}: {said}")
+    return {"exit_code": proc.returncode, "said": tail}

@@ -6,6 +6,7 @@ JSON line the head reads); the head decides the order, this side only does and m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from sparkwarden import __version__
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
-from sparkwarden.base.containers import command_line, voice_to_quiet
+from sparkwarden.base.containers import ContainerState, command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
 from sparkwarden.restart.memory_gate import drop_until
 
@@ -58,6 +59,13 @@ def engine_view(docker: DockerEngine, name: str) -> dict[str, Any]:
     }
 
 
+def _state(docker: DockerEngine, name: str) -> ContainerState | None:
+    try:
+        return docker.inspect(name)
+    except NoSuchContainer:
+        return None
+
+
 def status_of(docker: DockerEngine, name: str) -> str:
     try:
         return docker.inspect(name).status
@@ -94,22 +102,25 @@ def stop(
     timeout: float,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """``docker stop`` each engine container that is up; then every one must be down."""
+    """``docker stop`` each engine container that is up; then every one must be down (a
+    launcher's ``--rm`` container is gone: "missing")."""
     stopped: dict[str, Any] = {}
     for name in engines:
-        state = docker.inspect(name)
-        if not state.up:
-            stopped[name] = {"was": state.status, "exit_code": state.exit_code}
+        state = _state(docker, name)
+        if state is None or not state.up:
+            was = state.status if state else "missing"
+            stopped[name] = {"was": was, "exit_code": state.exit_code if state else None}
             continue
         began = monotonic()
-        docker.stop(name, timeout)
-        after = docker.inspect(name)
+        with contextlib.suppress(NoSuchContainer):  # a --rm container removed as it stopped
+            docker.stop(name, timeout)
+        after = _state(docker, name)
         stopped[name] = {
             "seconds": round(monotonic() - began, 3),
-            "exit_code": after.exit_code,
-            "status": after.status,
+            "exit_code": after.exit_code if after else None,
+            "status": after.status if after else "missing",
         }
-    still = [name for name in engines if docker.inspect(name).up]
+    still = [name for name in engines if (state := _state(docker, name)) and state.up]
     if still:
         raise StepFailed("stop", f"still up after docker stop: {', '.join(still)}", stopped)
     return {"stopped": stopped}

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from sparkwarden.base import logs
 from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
-from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink
+from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink, run_launcher
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
@@ -75,6 +75,8 @@ class ClusterParts:
     journal: Journal
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    #: The launcher set-up's start: (command, timeout) -> its figures.
+    launch: Callable[[str, float], dict[str, Any]] = run_launcher
     #: Called once a step has acted, before it is recorded (tests: see ``base/faults.py``).
     after_action: Callable[[str], None] = lambda _name: None
 
@@ -200,8 +202,12 @@ def restart_cluster(
         run.step("stop_workers", lambda: run.stop(run.workers))
         run.step("confirm_stopped", run.confirm_stopped)
         run.step("drop_caches", run.drop_caches)
-        run.step("start_workers", lambda: run.start(run.workers))
-        run.step("start_head", lambda: run.start([run.head]))
+        if run.cluster.setup == "launcher":
+            run.step("start_workers", run.launch)
+            run.step("start_head", run.launched)
+        else:
+            run.step("start_workers", lambda: run.start(run.workers))
+            run.step("start_head", lambda: run.start([run.head]))
         run.step("wait_health", run.wait_health)
         run.step("chat_probe", run.chat_probe)
         run.step("workers_running", run.workers_running)
@@ -238,7 +244,7 @@ class _ClusterRun:
         self.id = 0
         self.taken: set[str] = set()
         self.views: list[NodeView] = []
-        self.ids: dict[str, dict[str, str]] = {}  # node -> engine name -> container ID
+        self.ids: dict[str, dict[str, str | None]] = {}  # node -> engine name -> container ID
         self.paused: dict[str, list[str]] = {}
         #: nodes that did not answer in this run, and why: never called again in it
         self.lost: dict[str, str] = {}
@@ -299,7 +305,8 @@ class _ClusterRun:
         self.views = inspect_all(self.config, self.parts.link)
         seconds = round(self.parts.monotonic() - began, 3)
         nodes = {v.name: v.answer or {"problem": v.problem} for v in self.views}
-        problems = preflight_problems(self.views)
+        # a launcher's --rm containers are gone while its cluster is down: it makes them
+        problems = preflight_problems(self.views, self.cluster.setup == "launcher")
         if problems:
             raise StepFailed(
                 "preflight",
@@ -307,7 +314,7 @@ class _ClusterRun:
                 {"nodes": nodes, "problems": problems, "seconds": seconds},
             )
         for view in self.views:
-            self.ids[view.name] = {e["name"]: e["id"] for e in view.engines}
+            self.ids[view.name] = {e["name"]: e.get("id") for e in view.engines}
         memory = ", ".join(
             f"{v.name} {v.answer['memory']['available_gib']:.1f} GiB"
             for v in self.views
@@ -409,6 +416,32 @@ class _ClusterRun:
                 {"nodes": answers},
             )
         return f"started the same containers on {', '.join(answers)}", {"nodes": answers}
+
+    def launch(self) -> tuple[str, dict[str, Any]]:
+        """The launcher set-up: its own command starts the ranks (workers first, then the
+        head, as eugr's launch-cluster.sh does), as new ``--rm`` containers."""
+        self.parts.journal.remember(self.id, start_workers_sent=True)
+        command = self.cluster.launcher
+        try:
+            figures = self.parts.launch(command, self.cluster.launcher_timeout)
+        except NodeFailed as exc:
+            raise StepFailed("start_workers", scrub(str(exc)), {"command": command}) from None
+        return f"the launcher ran: {command}", {"command": command, **figures}
+
+    def launched(self) -> tuple[str, dict[str, Any]]:
+        """After the launcher: every node's engine containers exist and run."""
+        views = inspect_all(self.config, self.parts.link)
+        bad = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
+        bad += [
+            f"{v.name}: {e.get('name')} is {e.get('status')}"
+            for v in views
+            for e in v.engines
+            if e.get("status") != "running"
+        ]
+        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
+        if bad:
+            raise StepFailed("start_head", "after the launcher: " + "; ".join(bad), detail)
+        return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
 
     def wait_health(self) -> tuple[str, dict[str, Any]]:
         llm, parts = self.config.llm, self.parts

@@ -21,8 +21,7 @@ SUBJECT = "cluster"
 FIXES: dict[str, str] = {
     "native": 'set cluster.setup = "native"',
     "ray": "not driven yet: recreate the containers with vLLM's --nnodes/--node-rank/--headless",
-    "launcher": "not driven yet: recreate the containers with vLLM's --nnodes/--node-rank/"
-    "--headless (sparkwarden starts the same containers again; --rm ones are gone once stopped)",
+    "launcher": 'set cluster.setup = "launcher" and cluster.launcher = "<its start command>"',
 }
 
 
@@ -55,7 +54,12 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
             continue
         for engine in view.engines:
             if engine.get("status") == "missing":
-                add("error", f"{view.name}: no container named {engine.get('name')}", "create it")
+                if configured != "launcher":  # a launcher's --rm containers: gone while down
+                    add(
+                        "error",
+                        f"{view.name}: no container named {engine.get('name')}",
+                        "create it",
+                    )
                 continue
             kind, flags = seen(engine)
             kinds[f"{view.name}/{engine.get('name')}"] = kind

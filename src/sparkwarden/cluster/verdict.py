@@ -45,8 +45,9 @@ class Verdict:
     nodes: dict[str, str] = field(default_factory=dict)
 
 
-def preflight_problems(views: list[NodeView]) -> list[str]:
-    """Every reason not to touch the cluster; empty means a restart may begin."""
+def preflight_problems(views: list[NodeView], missing_ok: bool = False) -> list[str]:
+    """Every reason not to touch the cluster; empty means a restart may begin. ``missing_ok``:
+    the launcher set-up, whose ``--rm`` containers exist only while it runs."""
     problems: list[str] = []
     images: dict[str, set[str]] = {}
     for view in views:
@@ -57,6 +58,8 @@ def preflight_problems(views: list[NodeView]) -> list[str]:
             problems.append(f"{view.name}: its sparkwarden did not say its version")
         for engine in view.engines:
             if engine.get("status") == "missing":
+                if missing_ok:
+                    continue
                 problems.append(f"{view.name}: no container named {engine.get('name')}")
             elif engine.get("image"):
                 images.setdefault(str(engine["image"]), set()).add(view.name)

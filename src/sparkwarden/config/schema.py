@@ -378,12 +378,25 @@ class ClusterConfig(_Section):
     """Several Sparks serving one engine, restarted and watched as one from the head (the first
     node, where this sparkwarden runs)."""
 
-    #: "native": vLLM's own --nnodes/--node-rank/--headless, the same containers started again
-    setup: Literal["native"] = "native"
+    #: "native": vLLM's own --nnodes/--node-rank/--headless, the same containers started again;
+    #: "launcher": eugr's launch-cluster.sh: ``--rm`` containers, a stop removes them and the
+    #: start is ``launcher`` run on the head
+    setup: Literal["native", "launcher"] = "native"
     nodes: Annotated[list[ClusterNode], Field(min_length=2)]
     #: an ssh_config file for ``ssh -F`` (default: the user's own)
     ssh_config: Path | None = None
     connect_timeout: PositiveDuration = 10.0
+    #: the launcher's start command (``bash -c``, on the head); it must return once launched
+    launcher: str = ""
+    launcher_timeout: PositiveDuration = 600.0
+
+    @model_validator(mode="after")
+    def _launcher(self) -> ClusterConfig:
+        if self.setup == "launcher" and not self.launcher.strip():
+            raise ValueError('setup = "launcher" needs launcher = "<the command that starts it>"')
+        if self.setup != "launcher" and self.launcher:
+            raise ValueError('launcher is only read with setup = "launcher"')
+        return self
 
     @field_validator("nodes")
     @classmethod

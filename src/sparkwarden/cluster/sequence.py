@@ -430,18 +430,26 @@ class _ClusterRun:
 
     def launched(self) -> tuple[str, dict[str, Any]]:
         """After the launcher: every node's engine containers exist and run."""
+        views, detail = self.engines_running("start_head", "after the launcher: ", worker=False)
+        return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
+
+    def engines_running(
+        self, step: str, said: str, worker: bool
+    ) -> tuple[list[NodeView], dict[str, Any]]:
+        """Every node's (``worker``: every worker's) engine containers run, or ``step`` fails."""
         views = inspect_all(self.config, self.parts.link)
+        views = [v for v in views if v.role == "worker"] if worker else views
         bad = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
         bad += [
-            f"{v.name}: {e.get('name')} is {e.get('status')}"
+            f"{v.name}: {e.get('name')} is {e.get('status')} (exit code {e.get('exit_code')})"
             for v in views
             for e in v.engines
             if e.get("status") != "running"
         ]
         detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
         if bad:
-            raise StepFailed("start_head", "after the launcher: " + "; ".join(bad), detail)
-        return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
+            raise StepFailed(step, said + "; ".join(bad), detail)
+        return views, detail
 
     def wait_health(self) -> tuple[str, dict[str, Any]]:
         llm, parts = self.config.llm, self.parts
@@ -469,18 +477,7 @@ class _ClusterRun:
         return prove_chat(self.config.llm, self.parts.vllm, self.parts.monotonic)
 
     def workers_running(self) -> tuple[str, dict[str, Any]]:
-        views = [v for v in inspect_all(self.config, self.parts.link) if v.role == "worker"]
-        bad = [v.problem and f"{v.name}: {v.problem}" for v in views if not v.reachable]
-        bad += [
-            f"{v.name}: {e['name']} is {e.get('status')} (exit code {e.get('exit_code')})"
-            for v in views
-            if v.reachable
-            for e in v.engines
-            if e.get("status") != "running"
-        ]
-        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
-        if bad:
-            raise StepFailed("workers_running", "a rank is not running: " + "; ".join(bad), detail)
+        views, detail = self.engines_running("workers_running", "a rank is not running: ", True)
         return f"every worker's engine runs ({', '.join(v.name for v in views)})", detail
 
     def resume_voice(self) -> tuple[str, dict[str, Any]]:

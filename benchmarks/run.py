@@ -29,6 +29,7 @@ ALL = (
     "restart_overhead",
     "idle_footprint",
     "gateway",
+    "cluster_restart",
 )
 
 

@@ -40,6 +40,14 @@ def ensure_image(client: docker.DockerClient) -> str:
         return IMAGE
     except docker.errors.ImageNotFound:
         pass
+    repo, tag = IMAGE.split(":")
+    client.api.import_image_from_data(skeleton(), repository=repo, tag=tag)
+    return IMAGE
+
+
+def skeleton(*extra: str) -> bytes:
+    """The image's rootfs as a tar: empty folders for the host's bind mounts (and ``extra``
+    ones: the same files under another image ID)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name in (
@@ -55,14 +63,13 @@ def ensure_image(client: docker.DockerClient) -> str:
             "dev",
             "standin",
             "run",
+            *extra,
         ):
             info = tarfile.TarInfo(name)
             info.type = tarfile.DIRTYPE
             info.mode = 0o1777 if name == "tmp" else 0o755
             tar.addfile(info)
-    repo, tag = IMAGE.split(":")
-    client.api.import_image_from_data(buffer.getvalue(), repository=repo, tag=tag)
-    return IMAGE
+    return buffer.getvalue()
 
 
 def free_port() -> int:
@@ -121,6 +128,7 @@ class Stage:
         return name
 
     def _create(self, name: str, command: list[str], start: bool, **create: Any) -> None:
+        image = create.pop("image", None) or ensure_image(self.client)
         volumes = {**_volumes(), **create.pop("volumes", {})}
         labels = {LABEL: self.prefix, **create.pop("labels", {})}
         if "stop_timeout" in create:  # only the low-level API knows --stop-timeout
@@ -129,7 +137,7 @@ class Stage:
                 binds=volumes, init=create.pop("init", None), port_bindings=ports
             )
             api.create_container(
-                ensure_image(self.client),
+                image,
                 command=command,
                 name=name,
                 labels=labels,
@@ -143,7 +151,7 @@ class Stage:
                 api.start(name)
             return
         container = self.client.containers.create(
-            ensure_image(self.client),
+            image,
             command=command,
             name=name,
             volumes=volumes,

@@ -15,6 +15,10 @@ Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies
 chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine (chats
 hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
 
+Several nodes as one engine (``--nnodes``, vLLM's own multi-node mode): rank 0 keeps its port
+closed until every other rank joined; a rank lost later makes requests hang, then the engine
+die, while ``/health`` stays 200; a ``--headless`` rank outlives its head and never rejoins.
+
 Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
 requests are really in flight and counted in ``num_requests_running``.
 
@@ -63,6 +67,7 @@ import math
 import os
 import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -123,6 +128,8 @@ class Engine:
         self.work = 0.0  # the work clock: seconds of full pace each running request has had
         self.clock = time.monotonic
         self._work_at = self.clock()
+        #: the other ranks, when this is rank 0 of several nodes (--nnodes)
+        self.ranks: Ranks | None = None
 
     @contextlib.contextmanager
     def generating(self) -> Iterator[None]:
@@ -800,6 +807,8 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             if engine.sleep_level is not None:  # asleep: generation paused, new requests refused
                 self._error(503, PAUSED, "ServiceUnavailableError")
                 return
+            if engine.ranks is not None:
+                engine.ranks.collective()  # hangs, then dies, while a rank is lost
             if args.mode in ("chat-fails", "zombie"):
                 self._error(
                     500, "EngineCore encountered an issue. See stack trace.", "InternalServerError"
@@ -951,6 +960,88 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
     return Handler
 
 
+# --- several nodes as one engine (--nnodes) ------------------------------------------------
+#
+# vLLM's own multi-node mode (no Ray): rank 0 serves the API and, before its port opens, waits at
+# its rendezvous ("Init torch distributed begin") until every other rank has joined on
+# --master-port; the other ranks run --headless. A rank that vanishes is seen only by the next
+# collective: requests hang, /health stays 200, and after VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS
+# (--collective-timeout) the engine dies (vllm#36451). A headless rank whose head died logs
+# TCPStore errors for ever and never rejoins a new head (vllm#32136), so a head restarted
+# against it waits at its rendezvous for ever.
+
+
+class Ranks:
+    """Rank 0's view of the other ranks: who joined, and who has vanished since."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.lost: set[int] = set()
+
+    def gather(self) -> None:
+        """Block until every other rank said hello (the API port stays closed meanwhile)."""
+        a = self.args
+        print(f"Init torch distributed begin (waiting for {a.nnodes - 1} rank(s))", flush=True)
+        joined: dict[int, socket.socket] = {}
+        with socket.create_server(("0.0.0.0", a.master_port)) as server:
+            while len(joined) < a.nnodes - 1:
+                conn, peer = server.accept()
+                words = conn.makefile("r").readline().split()
+                if len(words) != 2 or words[0] != "rank" or not words[1].isdigit():
+                    conn.close()
+                    continue
+                rank = int(words[1])
+                conn.sendall(b"ok\n")
+                joined[rank] = conn
+                print(f"rank {rank} joined from {peer[0]}", flush=True)
+        print("Init torch distributed end", flush=True)
+        for rank, conn in joined.items():
+            threading.Thread(target=self._watch, args=(rank, conn), daemon=True).start()
+
+    def _watch(self, rank: int, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(1024):
+                pass
+        self.lost.add(rank)  # nothing said: only the next collective notices
+        print(f"rank {rank}: connection gone", flush=True)
+
+    def collective(self) -> None:
+        """A step that needs every rank: with one lost it hangs, then the engine dies."""
+        if not self.lost:
+            return
+        time.sleep(self.args.collective_timeout)
+        print(
+            f"EngineCore died: collective timed out after {self.args.collective_timeout:g}s "
+            f"waiting for rank(s) {sorted(self.lost)}",
+            flush=True,
+        )
+        os._exit(1)
+
+
+def headless(args: argparse.Namespace) -> None:
+    """A rank without an API: joins its head, then outlives it, never rejoining."""
+    where = (args.master_addr, args.master_port)
+    print(f"headless rank {args.node_rank}: joining {where[0]}:{where[1]}", flush=True)
+    while True:
+        try:
+            conn = socket.create_connection(where, timeout=2)
+            conn.sendall(f"rank {args.node_rank}\n".encode())
+            if conn.makefile("r").readline().strip() == "ok":
+                break
+            conn.close()
+        except OSError:
+            pass
+        time.sleep(0.5)
+    conn.settimeout(None)
+    print(f"headless rank {args.node_rank}: joined", flush=True)
+    with contextlib.suppress(OSError):
+        while conn.recv(1024):
+            pass
+    while True:
+        print("TCPStore error: connection to the head lost (this rank will not rejoin)", flush=True)
+        time.sleep(5)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--port", type=int, default=8000)
@@ -1047,6 +1138,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="none",
         help="how concurrent requests share the engine: none, serial or batched:SLOPE",
     )
+    nodes = p.add_argument_group("several nodes as one engine (vLLM's own, no Ray)")
+    nodes.add_argument("--nnodes", type=int, default=1, help="nodes in the engine")
+    nodes.add_argument("--node-rank", type=int, default=0)
+    nodes.add_argument("--master-addr", default="127.0.0.1", help="rank 0's address")
+    nodes.add_argument("--master-port", type=int, default=29501, help="rank 0's rendezvous")
+    nodes.add_argument("--headless", action="store_true", help="a rank without the API")
+    nodes.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        help="VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: a lost rank hangs requests this long, then kills",
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.
@@ -1112,9 +1215,15 @@ def main(argv: list[str]) -> None:
             os._exit(1)
 
         threading.Thread(target=crash, daemon=True).start()
+    if args.headless:
+        headless(args)
     print(f"loading for {args.boot_delay}s (port closed)", flush=True)
     time.sleep(args.boot_delay)
+    ranks = Ranks(args) if args.nnodes > 1 else None
+    if ranks is not None:
+        ranks.gather()
     engine = Engine(args)
+    engine.ranks = ranks
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args))
     server.daemon_threads = True
     print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)

@@ -11,6 +11,10 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkwarden.config.schema import Config
 
 from sparkwarden.base.version import version
 
@@ -129,6 +133,39 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("trace", type=Path, help="a file written by 'sparkwarden record'")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
 
+    cluster = command("cluster", "several Sparks as one engine, driven from the head")
+    verbs = cluster.add_subparsers(dest="cluster_verb", required=True, parser_class=_Parser)
+    c_restart = verbs.add_parser(
+        "restart", help="restart every node's engine as one unit", parents=[common]
+    )
+    c_restart.add_argument(
+        "--reason", default="manual", type=_reason, help="why, for the journal (default manual)"
+    )
+    c_watch = verbs.add_parser(
+        "watch", help="look every INTERVAL; restart the cluster as one on a crash", parents=[common]
+    )
+    c_watch.add_argument("--interval", type=_duration, default=30.0, help="default 30s")
+    c_watch.add_argument(
+        "--confirm", type=_positive_int, default=2, help="crashed looks in a row to act (2)"
+    )
+    for verb, text in (
+        ("status", "every node's engine, memory and reachability; exit 0 only when serving"),
+        ("preflight", "what a restart checks first, touching nothing"),
+    ):
+        verbs.add_parser(verb, help=text, parents=[common]).add_argument(
+            "--json", action="store_true", help="machine-readable output"
+        )
+
+    node = command("node", "one of this node's own steps, for the head of a cluster (JSON)")
+    node.add_argument("verb", choices=["inspect", "pause", "resume", "stop", "drop", "start"])
+    node.add_argument("--engine", action="append", default=[], help="an engine container")
+    node.add_argument("--voice", action="append", default=[], help="a voice container")
+    node.add_argument("--timeout", type=_duration, default=120.0, help="stop: docker stop's")
+    node.add_argument("--gate-gib", type=float, default=60.0, help="drop: GiB to wait for")
+    node.add_argument("--wait", type=_duration, default=180.0, help="drop: for at most")
+    node.add_argument("--interval", type=_duration, default=5.0, help="drop: between drops")
+    node.add_argument("--json", action="store_true", help="one JSON line (always)")
+
     doctor = command("doctor", "check the host and the containers for known traps")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -148,11 +185,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return _status(args)
     from sparkwarden.base import logs
+
+    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
+    if args.command == "node":  # the head passes all it needs: no config, no schema to import
+        from sparkwarden.actions import node as node_action
+
+        return node_action.node(args)
     from sparkwarden.base.errors import ConfigError, SparkwardenError
     from sparkwarden.config import schema as config_mod
     from sparkwarden.config import secrets
 
-    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
     if args.command in ("install-service", "uninstall-service"):  # before any config exists
         from sparkwarden.actions import install
 
@@ -194,6 +236,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sparkwarden.actions import replay as replay_action
 
             return replay_action.run(config, args.trace, as_json=args.json)
+        if args.command == "cluster":
+            from sparkwarden.actions import cluster as cluster_action
+
+            if args.cluster_verb == "restart":
+                return cluster_action.restart(config, args.reason)
+            if args.cluster_verb == "status":
+                return cluster_action.status(config, as_json=args.json)
+            if args.cluster_verb == "watch":
+                return cluster_action.watch(config, args.interval, args.confirm)
+            return cluster_action.preflight(config, as_json=args.json)
         if args.command == "doctor":
             from sparkwarden.actions import doctor as doctor_action
 
@@ -226,10 +278,16 @@ def _status(args: argparse.Namespace) -> int:
 
     try:
         where = locate.places(args.config)
+        # Only a cluster's head pays for the schema: it needs the nodes, and SSH costs more.
+        config: Config | None = None
+        if where.cluster:
+            from sparkwarden.config import schema as config_mod
+
+            config = config_mod.load(args.config)
     except ConfigError as exc:
         return _refuse(exc, EXIT_USAGE)
     try:
-        return status.run(where, as_json=args.json)
+        return status.run(where, as_json=args.json, config=config)
     except SparkwardenError as exc:
         return _refuse(exc, EXIT_FAILED)
 

@@ -7,6 +7,7 @@ import os
 
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import DROP_CACHES, Host
+from sparkwarden.base.containers import command_line
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm import doctor_rules, serve_flags
@@ -62,7 +63,7 @@ def gather(config: Config) -> list[Finding]:
                 if role == "voice":
                     findings += doctor_rules.check_voice(name, attrs)
                     continue
-                argv = doctor_rules.command_line(attrs)
+                argv = command_line(attrs)
                 yaml_config, problem = vllm_config_file(attrs, argv)
                 flags = serve_flags.read(argv, yaml_config)
                 running = bool((attrs.get("State") or {}).get("Running"))
@@ -93,6 +94,10 @@ def gather(config: Config) -> list[Finding]:
             )
     finally:
         docker.close()
+    if config.cluster is not None:  # the head: which set-up every node shows, what it lacks
+        from sparkwarden.cluster import sequence, setup
+
+        findings += setup.check(sequence.look(config), config.cluster.setup)
     return findings
 
 

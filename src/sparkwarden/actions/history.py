@@ -8,7 +8,6 @@ from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import GaveUp, Kept
 from sparkwarden.restart.journal import Journal, RunRecord, iso
-from sparkwarden.restart.step_names import NAME_WIDTH
 from sparkwarden.surfaces.status_text import inert
 
 
@@ -52,8 +51,10 @@ def format_run(record: RunRecord) -> str:
         lines.append(f"    by sparkwarden {record.plan['version']}")
     if record.error:
         lines.append(f"    error: {record.error}")
+    # A cluster's step names are longer; a single host's keep their columns.
+    width = max([13, *(len(s.name) + 1 for s in record.steps if len(s.name) > 13)])
     for step in record.steps:
         seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else "        "
         summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-        lines.append(f"    {step.name:<{NAME_WIDTH}}{step.result:<8}{seconds}  {summary}")
-    return fit_all([inert(line) for line in lines], indent=" " * (4 + NAME_WIDTH + 2))
+        lines.append(f"    {step.name:<{width}}{step.result:<8}{seconds}  {summary}")
+    return fit_all([inert(line) for line in lines], indent=" " * (4 + width + 2))

@@ -7,11 +7,18 @@ It renders the snapshot the daemon published and needs only the state dir and th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkwarden.config.locate import Places
 from sparkwarden.surfaces import control
 from sparkwarden.surfaces import status_text as status_mod
+
+if TYPE_CHECKING:
+    from sparkwarden.config.schema import Config
+
+#: A node's ``node inspect`` bound for status, past ssh's connect timeout: its Python starting
+#: and one Docker inspect; status answers within this even when a node hangs.
+STATUS_MARGIN = 10.0
 
 
 def gather(where: Places) -> dict[str, Any]:
@@ -49,7 +56,17 @@ def _offline(where: Places, state: str) -> dict[str, Any]:
     return snapshot
 
 
-def run(where: Places, as_json: bool) -> int:
+def run(where: Places, as_json: bool, config: Config | None = None) -> int:
+    """``config``: loaded only on a cluster's head, whose status shows every node too."""
     snapshot = gather(where)
+    if config is not None and config.cluster is not None:
+        snapshot["cluster"] = cluster_view(config)
     print(json.dumps(snapshot, indent=2) if as_json else status_mod.format_text(snapshot))
     return status_mod.exit_code(snapshot)
+
+
+def cluster_view(config: Config) -> dict[str, Any]:
+    """Every node, one bounded parallel look (the head's ``/health`` is already in ``llm``)."""
+    from sparkwarden.cluster import sequence, verdict
+
+    return verdict.as_json(sequence.look(config, STATUS_MARGIN), None)

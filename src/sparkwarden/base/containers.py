@@ -18,6 +18,12 @@ UP_STATUSES = frozenset({"running", "paused", "restarting"})
 FIGHTING: Final = ("always", "unless-stopped", "on-failure")
 
 
+def command_line(attrs: dict[str, Any]) -> list[str]:
+    """A container's command as ``docker inspect`` has it: entrypoint, then its arguments."""
+    config = attrs.get("Config") or {}
+    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+
+
 @dataclass(frozen=True)
 class ContainerState:
     """The fields of ``docker inspect`` that decisions need, and nothing else."""
@@ -89,3 +95,13 @@ def choose_active(states: list[ContainerState], remembered: str | None) -> Conta
             return state
     names = ", ".join(s.name for s in states)
     raise ContainerError(f"no LLM candidate is running and none has run before: {names}")
+
+
+def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The voice containers to quiet (the running ones) and those left as they were, by status.
+
+    The one rule for the sequence, its dry-run plan, the memory floor's ``pause_voice`` and
+    each cluster node's ``node pause``.
+    """
+    to_quiet = [name for name, status in states.items() if status == "running"]
+    return to_quiet, {name: status for name, status in states.items() if status != "running"}

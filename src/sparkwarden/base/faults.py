@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 ENABLE = "SPARKWARDEN_ENABLE_FAULTS"
 STALL_AT = "SPARKWARDEN_FAULT_STALL_AT"
+#: With STALL_AT: a file whose appearance lets the stalled run go on (a fault done meanwhile).
+RELEASE = "SPARKWARDEN_FAULT_RELEASE"
 
 
 def enabled() -> bool:
@@ -20,14 +22,20 @@ def enabled() -> bool:
 
 def stall_after_action() -> Callable[[str], None]:
     """A hook that freezes a run once step ``$SPARKWARDEN_FAULT_STALL_AT`` has acted, before it
-    is recorded as ended: the state a crash in the middle of that step leaves behind."""
+    is recorded as ended: the state a crash in the middle of that step leaves behind; or, with
+    ``$SPARKWARDEN_FAULT_RELEASE``, until that file exists (a node cut meanwhile, mid-run); the
+    hold is signalled by that path with ``.held`` appended."""
     step = os.environ.get(STALL_AT)
     if not enabled() or not step:
         return lambda _name: None
 
+    release = os.environ.get(RELEASE)
+
     def hook(name: str) -> None:
         if name == step:
-            while True:
-                time.sleep(3600)
+            if release:  # the test's sign that the step has acted and the run holds
+                open(f"{release}.held", "w").close()
+            while not (release and os.path.exists(release)):
+                time.sleep(0.1 if release else 3600)
 
     return hook

@@ -65,6 +65,8 @@ def _group_of(path: Path) -> str:
 class Places(NamedTuple):
     state_dir: Path
     socket: Path
+    #: the file has a ``[cluster]`` table: status then loads the schema and looks at every node
+    cluster: bool = False
 
 
 #: The keys of the two tables ``status`` reads, each a TOML string, and what it names: those of
@@ -84,6 +86,7 @@ def places(explicit: str | Path | None) -> Places:
     return Places(
         state_dir=Path(state.get("dir", DEFAULT_STATE_DIR)),
         socket=Path(control.get("socket", DEFAULT_SOCKET)),
+        cluster="cluster" in data,
     )
 
 

@@ -366,6 +366,60 @@ class MetricsConfig(_Section):
         return listen
 
 
+class ClusterNode(_Section):
+    """One Spark of a cluster: how the head reaches its sparkwarden, and its engine there."""
+
+    name: ContainerName
+    #: an ssh destination (``user@host``, or a Host of ``ssh_config``); empty: this host
+    ssh: str = ""
+    #: the engine's containers on this node (rank 0 on the head, headless ranks elsewhere)
+    engine: Annotated[list[ContainerName], Field(min_length=1)]
+    voice: list[ContainerName] = []
+    #: the command that runs sparkwarden on that node (installed the same way on every node)
+    sparkwarden: str = Field(default="sparkwarden", min_length=1)
+
+    @field_validator("ssh")
+    @classmethod
+    def _destination(cls, target: str) -> str:
+        if target.startswith("-") or any(c.isspace() for c in target):
+            raise ValueError(f"{target!r} is not an ssh destination (user@host or a Host name)")
+        return target
+
+
+class ClusterConfig(_Section):
+    """Several Sparks serving one engine, restarted and watched as one from the head (the first
+    node, where this sparkwarden runs)."""
+
+    #: "native": vLLM's own --nnodes/--node-rank/--headless, the same containers started again;
+    #: "launcher": eugr's launch-cluster.sh: ``--rm`` containers, a stop removes them and the
+    #: start is ``launcher`` run on the head
+    setup: Literal["native", "launcher"] = "native"
+    nodes: Annotated[list[ClusterNode], Field(min_length=2)]
+    #: an ssh_config file for ``ssh -F`` (default: the user's own)
+    ssh_config: Path | None = None
+    connect_timeout: PositiveDuration = 10.0
+    #: the launcher's start command (``bash -c``, on the head); it must return once launched
+    launcher: str = ""
+    launcher_timeout: PositiveDuration = 600.0
+
+    @model_validator(mode="after")
+    def _launcher(self) -> ClusterConfig:
+        if self.setup == "launcher" and not self.launcher.strip():
+            raise ValueError('setup = "launcher" needs launcher = "<the command that starts it>"')
+        if self.setup != "launcher" and self.launcher:
+            raise ValueError('launcher is only read with setup = "launcher"')
+        return self
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique(cls, nodes: list[ClusterNode]) -> list[ClusterNode]:
+        names = [n.name for n in nodes]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"node names listed more than once: {', '.join(duplicated)}")
+        return nodes
+
+
 class Config(_Section):
     llm: LlmConfig
     voice: VoiceConfig = VoiceConfig()
@@ -382,6 +436,7 @@ class Config(_Section):
     notify: list[NotifyTarget] = []
     metrics: MetricsConfig = MetricsConfig()
     gateway: GatewayConfig | None = None
+    cluster: ClusterConfig | None = None
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:

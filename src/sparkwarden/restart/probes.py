@@ -5,9 +5,14 @@ starts); :mod:`sparkwarden.restart.sequence` calls both in order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, StepFailed
+from sparkwarden.config.schema import LlmConfig
 from sparkwarden.restart.steps import GATEWAY_TRY, Done, RunState, log
+from sparkwarden.vllm.client import VllmClient
 
 
 class Probes(RunState):
@@ -69,23 +74,8 @@ class Probes(RunState):
     def chat_probe(self) -> Done:
         if (skip := self.not_ours()) is not None:
             return skip
-        llm, parts = self.config.llm, self.parts
-        model = llm.model or parts.vllm.served_model()
-        if not model:
-            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
-        began = parts.monotonic()
-        outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
-        seconds = round(parts.monotonic() - began, 3)
-        if not outcome.ok:
-            raise StepFailed(
-                "chat_probe",
-                f"/health said 200 but the chat request failed: {outcome.detail}",
-                {"model": model, "seconds": seconds},
-            )
-        return Done(
-            f"{model} {outcome.detail} in {seconds:.1f}s",
-            {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
-        )
+        parts = self.parts
+        return Done(*prove_chat(self.config.llm, parts.vllm, parts.monotonic))
 
     def gateway_probe(self) -> Done:
         """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
@@ -119,3 +109,26 @@ class Probes(RunState):
                 )
             parts.heartbeat(self._lease("gateway_probe"))
             parts.sleep(self.config.llm.poll_interval)
+
+
+def prove_chat(
+    llm: LlmConfig, vllm: VllmClient, monotonic: Callable[[], float]
+) -> tuple[str, dict[str, Any]]:
+    """One real chat request, because ``/health`` can be 200 over a dead engine: (summary,
+    figures), or StepFailed. The one probe for a single host and a cluster's head."""
+    model = llm.model or vllm.served_model()
+    if not model:
+        raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+    began = monotonic()
+    outcome = vllm.chat(model, timeout=llm.probe_timeout)
+    seconds = round(monotonic() - began, 3)
+    if not outcome.ok:
+        raise StepFailed(
+            "chat_probe",
+            f"/health said 200 but the chat request failed: {outcome.detail}",
+            {"model": model, "seconds": seconds},
+        )
+    return (
+        f"{model} {outcome.detail} in {seconds:.1f}s",
+        {"model": model, "seconds": seconds, "answer": outcome.content[:80]},
+    )

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwarden.base import logs
-from sparkwarden.base.containers import ContainerState, choose_active
+from sparkwarden.base.containers import ContainerState, choose_active, command_line
+from sparkwarden.base.containers import voice_to_quiet as voice_to_quiet  # its old home
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
+from sparkwarden.restart.memory_gate import drop_until
 from sparkwarden.restart.parts import Observer, Parts, Resume
 from sparkwarden.vllm import doctor_rules, metrics, serve_flags
 from sparkwarden.vllm.doctor_rules import vllm_config_file
@@ -256,42 +258,17 @@ class LlmSteps(RunState):
             return Done(f"repair: {self.theirs}", skipped=True)
         if self.repairing and self.llm_was_up:
             return Done("repair: the LLM is up, nothing to start", skipped=True)
-        host, mem = self.parts.host, self.config.memory
-        gate = mem.start_min_available_gib
-        before = host.memory()
-        deadline = self.parts.monotonic() + mem.start_wait
-        drops = 0
-        while True:
-            host.drop_caches()
-            drops += 1
-            now = host.memory()
-            figures = {
-                "available_before_gib": round(before.available_gib, 2),
-                "available_after_gib": round(now.available_gib, 2),
-                "total_gib": round(now.total_gib, 2),
-                # the memory trend reads these: only memory nobody holds is a leak
-                "held_after_gib": None if now.held_gib is None else round(now.held_gib, 2),
-                "unheld_after_gib": None if now.unheld_gib is None else round(now.unheld_gib, 2),
-                "gate_gib": gate,
-                "drops": drops,
-            }
-            if now.available_gib >= gate:
-                return Done(
-                    f"{before.available_gib:.1f} -> {now.available_gib:.1f} GiB available "
-                    f"(gate {gate:g} GiB, {drops} drop{'s' if drops > 1 else ''})",
-                    figures,
-                )
-            if self.parts.monotonic() + mem.drop_interval > deadline:
-                raise StepFailed(
-                    "drop_caches",
-                    f"memory did not come back: {now.available_gib:.1f} GiB available after "
-                    f"{mem.start_wait:g}s, the start gate is {gate:g} GiB; not starting the LLM "
-                    "into ghost memory",
-                    figures,
-                )
-            log.info("waiting_for_memory", available_gib=round(now.available_gib, 2), gate_gib=gate)
-            self.parts.heartbeat(self._lease("drop_caches"))
-            self.parts.sleep(mem.drop_interval)
+        mem, parts = self.config.memory, self.parts
+        summary, figures = drop_until(
+            parts.host,
+            mem.start_min_available_gib,
+            mem.start_wait,
+            mem.drop_interval,
+            parts.monotonic,
+            parts.sleep,
+            on_wait=lambda: parts.heartbeat(self._lease("drop_caches")),
+        )
+        return Done(summary, figures)
 
     def start_llm(self, active: ContainerState) -> Done:
         docker = self.parts.docker
@@ -336,7 +313,7 @@ def theirs(active: ContainerState, resume: Resume) -> str | None:
 def engine_grace(attrs: dict[str, Any]) -> float | None:
     """vLLM's ``--shutdown-timeout`` as doctor reads it (command line in any spelling, and its
     ``--config`` file through the container's mounts); None when not set."""
-    argv = doctor_rules.command_line(attrs)
+    argv = command_line(attrs)
     return doctor_rules.shutdown_timeout(serve_flags.read(argv, vllm_config_file(attrs, argv)[0]))
 
 
@@ -370,15 +347,6 @@ def in_flight_note(running: int, shutdown_grace: float | None) -> str:
         f"{running} request(s) running and cut: the engine has no --shutdown-timeout "
         "(vLLM aborts running requests at SIGTERM without one)"
     )
-
-
-def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The voice containers to quiet (the running ones) and those left as they were, by status.
-
-    The one rule for the sequence, its dry-run plan and the memory floor's ``pause_voice``.
-    """
-    to_quiet = [name for name, status in states.items() if status == "running"]
-    return to_quiet, {name: status for name, status in states.items() if status != "running"}
 
 
 def name_list(names: list[str]) -> str:

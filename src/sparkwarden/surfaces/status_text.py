@@ -70,14 +70,16 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def exit_code(snapshot: dict[str, Any]) -> int:
-    """1 when the box needs a person: given up, reboot required, the LLM down, or the users'
-    gateway failing (the engine may be fine, the users are not); 3 when the daemon is down but
+    """1 when the box needs a person: given up, reboot required, the LLM down, the users'
+    gateway failing (the engine may be fine, the users are not), or on a cluster's head a node
+    unreachable or a worker's engine down; 3 when the daemon is down but
     its last word was sound."""
     if (
         snapshot.get("gave_up")
         or snapshot.get("reboot_required")
         or snapshot.get("llm", {}).get("status") != "running"
         or (snapshot.get("gateway") or {}).get("ok") is False
+        or (snapshot.get("cluster") or {}).get("problems")
     ):
         return EXIT_PROBLEM
     if not snapshot.get("daemon", {}).get("running"):
@@ -230,6 +232,7 @@ def format_text(s: dict[str, Any]) -> str:
         ]
         for row in _wrap(steps, WIDTH - len(INDENT)):
             lines.append(f"{INDENT}{row}")
+    lines += _cluster_lines(s.get("cluster"))
     return fit_all([inert(line) for line in lines], WIDTH, INDENT)  # escaped, then wrapped
 
 
@@ -250,6 +253,19 @@ def _version_lines(running: str | None) -> list[str]:
         f"version:     {running} runs; {installed} is installed: run 'sparkwarden "
         "install-service' to restart onto it"
     ]
+
+
+def _cluster_lines(cluster: dict[str, Any] | None) -> list[str]:
+    """On a cluster's head: the whole, then one line per node."""
+    if not cluster:
+        return []
+    from sparkwarden.cluster.verdict import describe, from_json  # a cluster's head only
+
+    lines = [f"cluster:     {cluster.get('state')}: {cluster.get('summary')}"]
+    for view in from_json(cluster.get("nodes") or {}):
+        reach = "reachable" if view.reachable else "UNREACHABLE"
+        lines.append(f"  {view.name:<10} {view.role:<6} {reach:<11} {describe(view)}")
+    return lines
 
 
 def inert(text: str) -> str:

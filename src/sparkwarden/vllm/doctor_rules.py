@@ -48,11 +48,6 @@ class Finding:
         return asdict(self)
 
 
-def command_line(attrs: dict[str, Any]) -> list[str]:
-    config = attrs.get("Config") or {}
-    return [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
-
-
 def host_path(attrs: dict[str, Any], path: str) -> str | None:
     """Where a file inside the container lives on the host, through its bind mounts and
     volumes (the longest matching destination wins); None when no mount holds it."""

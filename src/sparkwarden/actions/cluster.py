@@ -1,0 +1,146 @@
+"""``sparkwarden cluster restart|status|preflight``: the head drives and watches every node."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+from sparkwarden.base import faults
+from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.cluster import watch as watch_mod
+from sparkwarden.cluster.link import SshLink
+from sparkwarden.cluster.sequence import (
+    STEPS,
+    ClusterParts,
+    StepLine,
+    left_paused,
+    look,
+    restart_cluster,
+)
+from sparkwarden.cluster.verdict import ClusterState, describe, judge, preflight_problems
+from sparkwarden.cluster.verdict import as_json as cluster_json
+from sparkwarden.config.schema import Config
+from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.lock import RunLock
+from sparkwarden.vllm.client import Health, VllmClient
+
+
+def restart(config: Config, reason: str) -> int:
+    """The whole cluster as one unit, under the head's one run lock (the same lock as a
+    single-host restart: the two never overlap)."""
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
+    lock = RunLock(config.state.dir)
+    try:
+        lock.acquire(f"cluster:{reason}")
+    except LockBusy as exc:
+        print(f"sparkwarden: {exc}", file=sys.stderr)
+        return 1
+    link = SshLink(config.cluster)
+    parts = ClusterParts(
+        link,
+        VllmClient(config.llm.base_url, config.llm.api_key()),
+        Journal(config.state.dir),
+        after_action=faults.stall_after_action(),
+    )
+    try:
+        # A cluster run cut short (sparkwarden killed on the head): closed as interrupted, and
+        # the voice it may have paused on any node is resumed by this run.
+        adopt = left_paused(parts.journal.runs(limit=50))
+        for record in parts.journal.unfinished():
+            if "cluster" in record.plan:
+                note = f"sparkwarden (pid {record.pid}) stopped during this cluster run"
+                parts.journal.mark_interrupted(record.id, note)
+        outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
+    finally:
+        link.close()
+        parts.vllm.close()
+        parts.journal.close()
+        lock.release()
+    if outcome.ok:
+        print(f"run #{outcome.run_id}: the cluster restarted as one and answers")
+        return 0
+    print(
+        f"run #{outcome.run_id} failed at {outcome.failed_step or '?'}: {outcome.error}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _print_step(line: StepLine) -> None:
+    head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
+    print(f"{head}  {line.summary}", flush=True)
+
+
+def status(config: Config, as_json: bool) -> int:
+    """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
+    views = look(config)
+    health = _head_health(config)
+    verdict = judge(views, health.status)
+    if as_json:
+        print(json.dumps(cluster_json(views, health.status)))
+    else:
+        print(f"cluster: {verdict.state}: {verdict.summary}")
+        print(f"  head /health: {health.status} ({health.detail})")
+        for view in views:
+            print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
+    return 0 if verdict.state == "serving" else 1
+
+
+def preflight(config: Config, as_json: bool) -> int:
+    """What a restart's first step checks, touching nothing."""
+    views = look(config)
+    problems = preflight_problems(views)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "ok": not problems,
+                    "problems": problems,
+                    "nodes": {v.name: v.answer or {"problem": v.problem} for v in views},
+                }
+            )
+        )
+    else:
+        for view in views:
+            print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
+        print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
+    return 0 if not problems else 1
+
+
+def _head_health(config: Config) -> Health:
+    vllm = VllmClient(config.llm.base_url, config.llm.api_key())
+    try:
+        return vllm.health(timeout=config.health.timeout)
+    finally:
+        vllm.close()
+
+
+def watch(config: Config, interval: float, confirm: int) -> int:
+    """Look at every node each ``interval``; restart the cluster as one when a crash is seen on
+    ``confirm`` looks in a row, within ``[budget]`` (runs with reason ``cluster-crash``). Runs
+    until stopped; one line per look."""
+    looks: list[ClusterState] = []
+    # SIGTERM (systemd's stop) ends the loop through the finally blocks: voice resumed by a run
+    # in progress, the shared SSH connections closed.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(0))
+    while True:
+        verdict = judge(look(config), _head_health(config).status)
+        looks = [*looks, verdict.state][-max(confirm, 1) :]
+        now = time.time()
+        journal = Journal(config.state.dir)
+        try:
+            since = journal.past_runs(now - config.budget.window)
+        finally:
+            journal.close()
+        started = [run[2] for run in since if run[0] == watch_mod.REASON]
+        budget = config.budget
+        decision = watch_mod.decide(looks, started, now, confirm, budget.max_runs, budget.window)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        print(f"{stamp} {verdict.state}: {verdict.summary} -> {decision.why}", flush=True)
+        if decision.action == "restart":
+            restart(config, watch_mod.REASON)
+            looks = []
+        time.sleep(interval)

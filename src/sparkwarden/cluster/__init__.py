@@ -1,0 +1,1 @@
+"""Several Sparks as one engine: the head's sparkwarden restarts and watches them as a unit."""

@@ -1,0 +1,208 @@
+"""What ``sparkwarden node VERB`` does on one node: that host's own steps, for the head.
+
+Each verb acts on this host's Docker and /proc only and returns its figures as one dict (the
+JSON line the head reads); the head decides the order, this side only does and measures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sparkwarden import __version__
+from sparkwarden.adapters.docker_engine import DockerEngine
+from sparkwarden.adapters.host import Host
+from sparkwarden.base.containers import ContainerState, command_line, voice_to_quiet
+from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
+from sparkwarden.restart.memory_gate import drop_until
+
+
+def inspect(
+    docker: DockerEngine, host: Host, engines: list[str], voice: list[str]
+) -> dict[str, Any]:
+    """Who this node is, its engine containers (image ID included), voice, and memory."""
+    memory = host.memory()
+    return {
+        "host": socket.gethostname(),
+        "version": __version__,
+        "engines": [engine_view(docker, name) for name in engines],
+        "voice": {name: status_of(docker, name) for name in voice},
+        "memory": {
+            "available_gib": round(memory.available_gib, 2),
+            "total_gib": round(memory.total_gib, 2),
+        },
+    }
+
+
+def engine_view(docker: DockerEngine, name: str) -> dict[str, Any]:
+    try:
+        attrs = docker.attrs(name)
+    except NoSuchContainer:
+        return {"name": name, "status": "missing"}
+    state = docker.inspect(name)
+    return {
+        "name": name,
+        "id": state.id,
+        "image": str(attrs.get("Image", "")),
+        "status": state.status,
+        "exit_code": state.exit_code,
+        "oom_killed": state.oom_killed,
+        "started_at": state.started_at.isoformat() if state.started_at else None,
+        # what doctor reads the set-up from (vLLM's rank flags, ray start, a --rm launcher)
+        "command": command_line(attrs),
+        "auto_remove": bool((attrs.get("HostConfig") or {}).get("AutoRemove")),
+    }
+
+
+def _state(docker: DockerEngine, name: str) -> ContainerState | None:
+    try:
+        return docker.inspect(name)
+    except NoSuchContainer:
+        return None
+
+
+def status_of(docker: DockerEngine, name: str) -> str:
+    try:
+        return docker.inspect(name).status
+    except NoSuchContainer:
+        return "missing"
+
+
+def pause(docker: DockerEngine, voice: list[str]) -> dict[str, Any]:
+    """Pause the running voice containers; the head keeps the list to resume exactly those."""
+    to_quiet, left_alone = voice_to_quiet({name: docker.inspect(name).status for name in voice})
+    paused: list[str] = []
+    for name in to_quiet:
+        docker.pause(name)
+        paused.append(name)
+    return {"paused": paused, "left_alone": left_alone}
+
+
+def resume(docker: DockerEngine, paused: list[str]) -> dict[str, Any]:
+    resumed: list[str] = []
+    already: dict[str, str] = {}
+    for name in paused:
+        status = status_of(docker, name)
+        if status == "paused":
+            docker.unpause(name)
+            resumed.append(name)
+        else:
+            already[name] = status
+    return {"resumed": resumed, "already": already}
+
+
+def stop(
+    docker: DockerEngine,
+    engines: list[str],
+    timeout: float,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """``docker stop`` each engine container that is up; then every one must be down (a
+    launcher's ``--rm`` container is gone: "missing")."""
+    stopped: dict[str, Any] = {}
+    for name in engines:
+        state = _state(docker, name)
+        if state is None or not state.up:
+            was = state.status if state else "missing"
+            stopped[name] = {"was": was, "exit_code": state.exit_code if state else None}
+            continue
+        began = monotonic()
+        with contextlib.suppress(NoSuchContainer):  # a --rm container removed as it stopped
+            docker.stop(name, timeout)
+        after = _state(docker, name)
+        stopped[name] = {
+            "seconds": round(monotonic() - began, 3),
+            "exit_code": after.exit_code if after else None,
+            "status": after.status if after else "missing",
+        }
+    still = [name for name in engines if (state := _state(docker, name)) and state.up]
+    if still:
+        raise StepFailed("stop", f"still up after docker stop: {', '.join(still)}", stopped)
+    return {"stopped": stopped}
+
+
+def drop(
+    host: Host,
+    gate_gib: float,
+    wait: float,
+    interval: float,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Sync and drop caches until this node's memory clears the gate (StepFailed if never)."""
+    summary, figures = drop_until(host, gate_gib, wait, interval, monotonic, sleep, step="drop")
+    return {"summary": summary, **figures}
+
+
+def start(docker: DockerEngine, engines: list[str]) -> dict[str, Any]:
+    """``docker start`` the same containers; their IDs go back to the head to compare."""
+    started: dict[str, Any] = {}
+    for name in engines:
+        docker.start(name)
+        after = docker.inspect(name)
+        started[name] = {
+            "id": after.id,
+            "status": after.status,
+            "started_at": after.started_at.isoformat() if after.started_at else None,
+        }
+    return {"started": started}
+
+
+Verb = Literal["inspect", "pause", "resume", "stop", "drop", "start"]
+VERBS: tuple[Verb, ...] = ("inspect", "pause", "resume", "stop", "drop", "start")
+
+
+@dataclass(frozen=True)
+class Params:
+    """What the head tells a node's verb: the one shape for the command line and in-process."""
+
+    engine: list[str] = field(default_factory=list)
+    voice: list[str] = field(default_factory=list)
+    timeout: float = 120.0
+    gate_gib: float = 60.0
+    wait: float = 180.0
+    interval: float = 5.0
+
+    def argv(self) -> list[str]:
+        """As ``sparkwarden node VERB`` takes it."""
+        out = [arg for name in self.engine for arg in ("--engine", name)]
+        out += [arg for name in self.voice for arg in ("--voice", name)]
+        out += ["--timeout", f"{self.timeout:g}", "--gate-gib", f"{self.gate_gib:g}"]
+        return [*out, "--wait", f"{self.wait:g}", "--interval", f"{self.interval:g}"]
+
+
+def perform(verb: Verb, params: Params) -> dict[str, Any]:
+    """Run one verb on this host. ``drop`` needs no Docker, so it does not open a client."""
+    host = Host()
+    if verb == "drop":
+        return drop(host, params.gate_gib, params.wait, params.interval)
+    docker = DockerEngine()
+    try:
+        if verb == "inspect":
+            return inspect(docker, host, params.engine, params.voice)
+        if verb == "pause":
+            return pause(docker, params.voice)
+        if verb == "resume":
+            return resume(docker, params.voice)
+        if verb == "stop":
+            return stop(docker, params.engine, params.timeout)
+        return start(docker, params.engine)
+    finally:
+        docker.close()
+
+
+def answer_line(verb: Verb, params: Params) -> tuple[int, str]:
+    """(exit code, the one JSON line the head reads): 0 and ``ok: true``, or 1 and the error
+    with the step's figures."""
+    try:
+        answer = perform(verb, params)
+    except StepFailed as exc:
+        return 1, json.dumps({"ok": False, "error": str(exc), **exc.detail}, default=str)
+    except SparkwardenError as exc:
+        return 1, json.dumps({"ok": False, "error": str(exc)})
+    return 0, json.dumps({"ok": True, **answer}, default=str)

@@ -1,0 +1,513 @@
+"""The cluster restarted as one unit, never one rank. This file is the answer to "what does it
+do?" for several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``).
+
+A head restarted alone hangs against its stale ranks, and a rank left running never rejoins a
+new head (vllm#32136); so, from the head, under its one lock, journaled step by step with each
+node's figures:
+
+1. ``preflight``       every node answers over SSH, its sparkwarden answers, the engine
+                       containers exist with the same image on every node, memory is read;
+                       any failure ends the run here, with nothing touched
+2. ``pause_voice``     each node pauses its running voice containers
+3. ``stop_head``       the head's engine first (its ranks would otherwise wait on it)...
+4. ``stop_workers``    ...then every worker's, in parallel
+5. ``confirm_stopped`` no engine container is up on any node
+6. ``drop_caches``     every node, in parallel, until each meets the memory gate; nothing is
+                       started unless all do
+7. ``start_workers``   the same containers (same IDs) on every worker, in parallel...
+8. ``start_head``      ...then the head, inside vLLM's rendezvous window
+9. ``wait_health``     the head's ``/health``
+10. ``chat_probe``     one real chat request through the head
+11. ``workers_running`` every worker's engine container still running (a rank that died at
+                       start would leave the head healthy and hung)
+12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
+
+A node that does not answer in the middle of a run fails the step that needed it, naming it;
+the run then never calls that node again (its voice left paused is named, and resumed by the
+next cluster run), and since every start comes after every node's memory gate, nothing starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sparkwarden.base import logs
+from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
+from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink, run_launcher
+from sparkwarden.cluster.node import Params, Verb
+from sparkwarden.cluster.verdict import NodeView, preflight_problems
+from sparkwarden.config.schema import ClusterNode, Config
+from sparkwarden.restart.journal import Journal, RunRecord
+from sparkwarden.restart.probes import prove_chat
+from sparkwarden.vllm.client import VllmClient
+
+STEPS: Final = (
+    "preflight",
+    "pause_voice",
+    "stop_head",
+    "stop_workers",
+    "confirm_stopped",
+    "drop_caches",
+    "start_workers",
+    "start_head",
+    "wait_health",
+    "chat_probe",
+    "workers_running",
+    "resume_voice",
+)
+
+log = logs.get("sparkwarden.cluster")
+
+#: Added to every node call's own bound: ssh's connect, the node's Python starting.
+CALL_MARGIN = 30.0
+
+
+@dataclass
+class ClusterParts:
+    """What a cluster run drives: the link to the nodes, the head's engine, the journal."""
+
+    link: Link
+    vllm: VllmClient
+    journal: Journal
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    #: The launcher set-up's start: (command, timeout) -> its figures.
+    launch: Callable[[str, float], dict[str, Any]] = run_launcher
+    #: Called once a step has acted, before it is recorded (tests: see ``base/faults.py``).
+    after_action: Callable[[str], None] = lambda _name: None
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """What the CLI prints of a finished step."""
+
+    name: str
+    index: int
+    result: str
+    summary: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ClusterOutcome:
+    run_id: int
+    ok: bool
+    error: str | None
+    failed_step: str | None = None
+    #: the preflight's views, for the caller that wants to show them
+    views: list[NodeView] = field(default_factory=list)
+
+
+def fan_out(
+    nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """One call per node, in parallel: (answers, failures by node name)."""
+    answers: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
+    if not nodes:
+        return answers, failures
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        futures = {node.name: pool.submit(call, node) for node in nodes}
+        for name, future in futures.items():
+            try:
+                answers[name] = future.result()
+            except (NodeUnreachable, NodeFailed) as exc:
+                failures[name] = scrub(str(exc))
+    return answers, failures
+
+
+def inspect_all(config: Config, link: Link, margin: float = CALL_MARGIN) -> list[NodeView]:
+    """Every node's ``node inspect`` answer, in parallel, as views (unreachable ones too);
+    each call bounded by the connect timeout plus ``margin``."""
+    cluster = _cluster(config)
+    timeout = cluster.connect_timeout + margin
+
+    def ask(node: ClusterNode) -> dict[str, Any]:
+        return link.call(node, "inspect", Params(node.engine, node.voice), timeout)
+
+    answers, failures = fan_out(cluster.nodes, ask)
+    return [
+        NodeView(
+            node.name,
+            "head" if i == 0 else "worker",
+            answers.get(node.name),
+            failures.get(node.name, ""),
+        )
+        for i, node in enumerate(cluster.nodes)
+    ]
+
+
+def look(config: Config, margin: float = CALL_MARGIN) -> list[NodeView]:
+    """Every node's answer now, over a link of its own (one SSH connection per node, closed
+    after)."""
+    link = SshLink(_cluster(config))
+    try:
+        return inspect_all(config, link, margin)
+    finally:
+        link.close()
+
+
+def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
+    """Voice that cluster runs cut short (still ``running``, or found ``interrupted``) may have
+    left paused, per node, from the newest run back to the last cluster run that ended (it
+    resumed its own, but on the nodes it lost: its ``cluster_voice_left``). ``runs``: newest
+    first."""
+    left: dict[str, list[str]] = {}
+    for record in runs:
+        if "cluster" not in record.plan:
+            continue
+        if record.result not in ("running", "interrupted"):
+            # it resumed its own, but for what it could not reach
+            for node, names in dict(record.plan.get("cluster_voice_left") or {}).items():
+                left[node] = sorted({*left.get(node, []), *names})
+            break
+        for node, names in dict(record.plan.get("cluster_voice") or {}).items():
+            left[node] = sorted({*left.get(node, []), *names})
+    return left
+
+
+def _cluster(config: Config) -> Any:
+    if config.cluster is None:
+        raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
+    return config.cluster
+
+
+def restart_cluster(
+    config: Config,
+    reason: str,
+    parts: ClusterParts,
+    observer: Callable[[StepLine], None] | None = None,
+    adopt: dict[str, list[str]] | None = None,
+) -> ClusterOutcome:
+    """Run the whole cluster sequence once. The caller holds the run lock; ``adopt``: voice an
+    interrupted cluster run may have left paused, per node (see :func:`left_paused`): resumed
+    at the end like this run's own."""
+    run = _ClusterRun(config, parts, observer or (lambda _line: None))
+    run.id = parts.journal.begin_run(reason)
+    run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
+    parts.journal.remember(
+        run.id, cluster=[n.name for n in run.cluster.nodes], cluster_voice=run.paused
+    )
+    log.info("cluster_run_started", run=run.id, reason=reason)
+    error: str | None = None
+    failed: str | None = None
+    try:
+        run.step("preflight", run.preflight)
+        run.step("pause_voice", run.pause_voice)
+        run.step("stop_head", lambda: run.stop([run.head]))
+        run.step("stop_workers", lambda: run.stop(run.workers))
+        run.step("confirm_stopped", run.confirm_stopped)
+        run.step("drop_caches", run.drop_caches)
+        if run.cluster.setup == "launcher":
+            run.step("start_workers", run.launch)
+            run.step("start_head", run.launched)
+        else:
+            run.step("start_workers", lambda: run.start(run.workers))
+            run.step("start_head", lambda: run.start([run.head]))
+        run.step("wait_health", run.wait_health)
+        run.step("chat_probe", run.chat_probe)
+        run.step("workers_running", run.workers_running)
+    except StepFailed as exc:
+        error, failed = scrub(str(exc)), exc.step
+    except SparkwardenError as exc:
+        error = scrub(str(exc))
+    except Exception as exc:  # a bug must still end with voice resumed and the run recorded
+        log.exception("cluster_run_internal_error", run=run.id)
+        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
+    finally:
+        for name in STEPS[:-1]:
+            if name not in run.taken:
+                run.record(name, "skipped", "not reached: an earlier step failed", {})
+        try:
+            run.step("resume_voice", run.resume_voice)
+        except SparkwardenError as exc:
+            error = f"{error}; {exc}" if error else str(exc)
+    parts.journal.end_run(run.id, "failed" if error else "ok", error)
+    log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
+    return ClusterOutcome(run.id, error is None, error, failed, run.views)
+
+
+class _ClusterRun:
+    """One cluster run: the steps, each journaled with every node's figures."""
+
+    def __init__(
+        self, config: Config, parts: ClusterParts, observer: Callable[[StepLine], None]
+    ) -> None:
+        self.config, self.parts, self.observer = config, parts, observer
+        self.cluster = _cluster(config)
+        self.head: ClusterNode = self.cluster.nodes[0]
+        self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
+        self.id = 0
+        self.taken: set[str] = set()
+        self.views: list[NodeView] = []
+        self.ids: dict[str, dict[str, str | None]] = {}  # node -> engine name -> container ID
+        self.paused: dict[str, list[str]] = {}
+        #: nodes that did not answer in this run, and why: never called again in it
+        self.lost: dict[str, str] = {}
+
+    # --- recording -----------------------------------------------------------------------
+    def step(self, name: str, action: Callable[[], tuple[str, dict[str, Any]]]) -> None:
+        self.taken.add(name)
+        step_id = self.parts.journal.begin_step(self.id, name)
+        try:
+            summary, detail = action()
+            self.parts.after_action(name)
+        except Exception as exc:
+            said = scrub(str(exc))
+            figures = exc.detail if isinstance(exc, StepFailed) else {}
+            seconds = self.parts.journal.end_step(step_id, "failed", {**figures, "error": said})
+            self._tell(name, "failed", said, seconds)
+            raise
+        seconds = self.parts.journal.end_step(step_id, "ok", {"summary": summary, **detail})
+        self._tell(name, "ok", summary, seconds)
+
+    def record(self, name: str, result: str, summary: str, detail: dict[str, Any]) -> None:
+        step_id = self.parts.journal.begin_step(self.id, name)
+        self.parts.journal.end_step(step_id, "skipped", {"summary": summary, **detail})
+        self._tell(name, result, summary, 0.0)
+
+    def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
+        self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds))
+
+    def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
+        """One verb on one node; a node that did not answer once in this run is not tried
+        again (the run stops touching it, and says so)."""
+        if node.name in self.lost:
+            raise NodeUnreachable(node.name, f"not tried again in this run: {self.lost[node.name]}")
+        try:
+            return self.parts.link.call(
+                node, verb, params, bound + self.cluster.connect_timeout + CALL_MARGIN
+            )
+        except NodeUnreachable as exc:
+            self.lost[node.name] = exc.detail
+            raise
+
+    def on_every(
+        self, step: str, nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """``call`` on every node in parallel; one failure fails the step, naming the node."""
+        answers, failures = fan_out(nodes, call)
+        if failures:
+            raise StepFailed(
+                step,
+                "; ".join(failures.values()),
+                {"nodes": answers, "failed": failures},
+            )
+        return answers
+
+    # --- the steps -----------------------------------------------------------------------
+    def preflight(self) -> tuple[str, dict[str, Any]]:
+        began = self.parts.monotonic()
+        self.views = inspect_all(self.config, self.parts.link)
+        seconds = round(self.parts.monotonic() - began, 3)
+        nodes = {v.name: v.answer or {"problem": v.problem} for v in self.views}
+        # a launcher's --rm containers are gone while its cluster is down: it makes them
+        problems = preflight_problems(self.views, self.cluster.setup == "launcher")
+        if problems:
+            raise StepFailed(
+                "preflight",
+                "nothing was touched: " + "; ".join(problems),
+                {"nodes": nodes, "problems": problems, "seconds": seconds},
+            )
+        for view in self.views:
+            self.ids[view.name] = {e["name"]: e.get("id") for e in view.engines}
+        memory = ", ".join(
+            f"{v.name} {v.answer['memory']['available_gib']:.1f} GiB"
+            for v in self.views
+            if v.answer
+        )
+        return (
+            f"{len(self.views)} nodes answered in {seconds:.1f}s, same image; available {memory}",
+            {"nodes": nodes, "seconds": seconds},
+        )
+
+    def pause_voice(self) -> tuple[str, dict[str, Any]]:
+        with_voice = [n for n in self.cluster.nodes if n.voice]
+        # Written before acting: what a later run resumes if this one is cut short.
+        intended = {n.name: sorted({*n.voice, *self.paused.get(n.name, [])}) for n in with_voice}
+        self.parts.journal.remember(self.id, cluster_voice={**self.paused, **intended})
+
+        def pause(node: ClusterNode) -> dict[str, Any]:
+            bound = self.config.docker.timeout * len(node.voice)
+            answer = self.call(node, "pause", Params(voice=node.voice), bound)
+            adopted = self.paused.get(node.name, [])
+            self.paused[node.name] = [
+                *adopted,
+                *(n for n in answer.get("paused", []) if n not in adopted),
+            ]
+            return answer
+
+        answers = self.on_every("pause_voice", with_voice, pause)
+        said = [f"{n}: {', '.join(p) or 'none'}" for n, p in self.paused.items()]
+        return "paused " + ("; ".join(said) if said else "nothing (no voice configured)"), {
+            "nodes": answers
+        }
+
+    def stop(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+        step = "stop_head" if nodes and nodes[0] is self.head else "stop_workers"
+        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+        timeout = self.config.llm.stop_timeout
+
+        def stop(node: ClusterNode) -> dict[str, Any]:
+            params = Params(engine=node.engine, timeout=timeout)
+            return self.call(node, "stop", params, timeout * len(node.engine))
+
+        answers = self.on_every(step, nodes, stop)
+        return f"stopped on {', '.join(answers)}", {"nodes": answers}
+
+    def confirm_stopped(self) -> tuple[str, dict[str, Any]]:
+        views = inspect_all(self.config, self.parts.link)
+        unanswered = {v.name: v.problem for v in views if not v.reachable}
+        up = [
+            f"{v.name}: {e['name']}"
+            for v in views
+            for e in v.engines
+            if e.get("status") in ("running", "paused", "restarting")
+        ]
+        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
+        if unanswered or up:
+            why = [f"{n} {p}" for n, p in unanswered.items()] + [f"still up {u}" for u in up]
+            raise StepFailed("confirm_stopped", "; ".join(why), detail)
+        return f"no engine up on any of {len(views)} nodes", detail
+
+    def drop_caches(self) -> tuple[str, dict[str, Any]]:
+        mem = self.config.memory
+        params = Params(
+            gate_gib=mem.start_min_available_gib, wait=mem.start_wait, interval=mem.drop_interval
+        )
+        answers, failures = fan_out(
+            self.cluster.nodes, lambda node: self.call(node, "drop", params, mem.start_wait)
+        )
+        if failures:
+            raise StepFailed(
+                "drop_caches",
+                "nothing started: memory did not come back on every node: "
+                + "; ".join(failures.values()),
+                {"nodes": answers, "failed": failures},
+            )
+        said = "; ".join(f"{n}: {a.get('summary', '')}" for n, a in answers.items())
+        return said, {"nodes": answers}
+
+    def start(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+        step = "start_head" if nodes and nodes[0] is self.head else "start_workers"
+        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+
+        def start(node: ClusterNode) -> dict[str, Any]:
+            return self.call(
+                node, "start", Params(engine=node.engine), 2 * self.config.docker.timeout
+            )
+
+        answers = self.on_every(step, nodes, start)
+        changed = [
+            f"{node}: {name} is now {str(got.get('id'))[:12]}, "
+            f"was {str(self.ids[node].get(name))[:12]}"
+            for node, answer in answers.items()
+            for name, got in answer.get("started", {}).items()
+            if got.get("id") != self.ids[node].get(name)
+        ]
+        if changed:
+            raise StepFailed(
+                step,
+                "recreated behind sparkwarden's back: " + "; ".join(changed),
+                {"nodes": answers},
+            )
+        return f"started the same containers on {', '.join(answers)}", {"nodes": answers}
+
+    def launch(self) -> tuple[str, dict[str, Any]]:
+        """The launcher set-up: its own command starts the ranks (workers first, then the
+        head, as eugr's launch-cluster.sh does), as new ``--rm`` containers."""
+        self.parts.journal.remember(self.id, start_workers_sent=True)
+        command = self.cluster.launcher
+        try:
+            figures = self.parts.launch(command, self.cluster.launcher_timeout)
+        except NodeFailed as exc:
+            raise StepFailed("start_workers", scrub(str(exc)), {"command": command}) from None
+        return f"the launcher ran: {command}", {"command": command, **figures}
+
+    def launched(self) -> tuple[str, dict[str, Any]]:
+        """After the launcher: every node's engine containers exist and run."""
+        views, detail = self.engines_running("start_head", "after the launcher: ", worker=False)
+        return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
+
+    def engines_running(
+        self, step: str, said: str, worker: bool
+    ) -> tuple[list[NodeView], dict[str, Any]]:
+        """Every node's (``worker``: every worker's) engine containers run, or ``step`` fails."""
+        views = inspect_all(self.config, self.parts.link)
+        views = [v for v in views if v.role == "worker"] if worker else views
+        bad = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
+        bad += [
+            f"{v.name}: {e.get('name')} is {e.get('status')} (exit code {e.get('exit_code')})"
+            for v in views
+            for e in v.engines
+            if e.get("status") != "running"
+        ]
+        detail = {"nodes": {v.name: v.answer or {"problem": v.problem} for v in views}}
+        if bad:
+            raise StepFailed(step, said + "; ".join(bad), detail)
+        return views, detail
+
+    def wait_health(self) -> tuple[str, dict[str, Any]]:
+        llm, parts = self.config.llm, self.parts
+        began = parts.monotonic()
+        polls = 0
+        while True:
+            polls += 1
+            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
+            elapsed = round(parts.monotonic() - began, 3)
+            if health.status == "up":
+                return f"healthy after {elapsed:.1f}s ({polls} polls)", {
+                    "seconds": elapsed,
+                    "polls": polls,
+                }
+            if parts.monotonic() + llm.poll_interval > began + llm.health_timeout:
+                raise StepFailed(
+                    "wait_health",
+                    f"the head not healthy within {llm.health_timeout:g}s (a rank that did not "
+                    f"join keeps it at its rendezvous); last answer: {health.detail}",
+                    {"seconds": elapsed, "polls": polls, "last": health.detail},
+                )
+            parts.sleep(llm.poll_interval)
+
+    def chat_probe(self) -> tuple[str, dict[str, Any]]:
+        return prove_chat(self.config.llm, self.parts.vllm, self.parts.monotonic)
+
+    def workers_running(self) -> tuple[str, dict[str, Any]]:
+        views, detail = self.engines_running("workers_running", "a rank is not running: ", True)
+        return f"every worker's engine runs ({', '.join(v.name for v in views)})", detail
+
+    def resume_voice(self) -> tuple[str, dict[str, Any]]:
+        """Every node it can reach; what stays paused on a node lost in this run is named here
+        and in the journal (``cluster_voice_left``), and the next cluster run resumes it."""
+        to_resume = [n for n in self.cluster.nodes if self.paused.get(n.name)]
+        left = {n.name: self.paused[n.name] for n in to_resume if n.name in self.lost}
+
+        def resume(node: ClusterNode) -> dict[str, Any]:
+            bound = self.config.docker.timeout * len(node.voice)
+            return self.call(node, "resume", Params(voice=self.paused[node.name]), bound)
+
+        answers, failures = fan_out([n for n in to_resume if n.name not in left], resume)
+        for node in self.cluster.nodes:
+            # lost while pausing: what it paused is unknown, so all it was told to
+            if node.name in self.lost and node.voice and "pause_voice" in self.taken:
+                left.setdefault(node.name, sorted(node.voice))
+        self.parts.journal.remember(self.id, cluster_voice_left=left)
+        said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]
+        detail: dict[str, Any] = {"nodes": answers}
+        if left or failures:
+            unreached = [
+                f"left paused on {n} ({', '.join(v)}): {self.lost[n]}"
+                for n, v in left.items()
+                if n in self.lost
+            ]
+            why = unreached + [f for n, f in failures.items() if n not in left]
+            raise StepFailed(
+                "resume_voice",
+                "resumed " + ("; ".join(said) or "nothing") + "; " + "; ".join(why),
+                {**detail, "failed": failures, "left_paused": left, "lost": dict(self.lost)},
+            )
+        return "resumed " + ("; ".join(said) if said else "nothing"), detail

@@ -1,0 +1,123 @@
+"""Which cluster set-up the nodes' engine containers show, and what it lacks (for doctor).
+
+Read from each engine container's command line as vLLM reads it (:mod:`serve_flags`) and from
+Docker's ``AutoRemove``: vLLM's native multi-node mode (``--nnodes/--node-rank/--headless``),
+Ray (``ray start --head`` / ``--address``, or ``--distributed-executor-backend ray``), or eugr's
+launcher (``--rm`` containers idling on ``sleep infinity``, ``vllm serve`` exec'd into them).
+Pure: the nodes' ``inspect`` answers in, findings out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sparkwarden.cluster.verdict import NodeView
+from sparkwarden.vllm import serve_flags
+from sparkwarden.vllm.doctor_rules import Finding
+
+Setup = Literal["native", "ray", "launcher", "unknown"]
+SUBJECT = "cluster"
+#: What to do when the containers show a set-up the config does not name.
+FIXES: dict[str, str] = {
+    "native": 'set cluster.setup = "native"',
+    "ray": "not driven yet: recreate the containers with vLLM's --nnodes/--node-rank/--headless",
+    "launcher": 'set cluster.setup = "launcher" and cluster.launcher = "<its start command>"',
+}
+
+
+def seen(engine: dict[str, Any]) -> tuple[Setup, dict[str, str]]:
+    """One engine container's set-up, and its vLLM flags."""
+    words = serve_flags.unwrap(engine.get("command") or [])
+    flags = serve_flags.read(words)
+    names = [word.rsplit("/", 1)[-1] for word in words]
+    if ("ray" in names and "start" in words) or flags.get("distributed-executor-backend") == "ray":
+        return "ray", flags
+    if "nnodes" in flags:
+        return "native", flags
+    if engine.get("auto_remove") and not any("vllm" in word for word in words):
+        return "launcher", flags
+    return "unknown", flags
+
+
+def check(views: list[NodeView], configured: str) -> list[Finding]:
+    """What doctor says of a cluster: the set-up seen on every node, and what is missing."""
+    findings: list[Finding] = []
+
+    def add(severity: Literal["error", "warning", "info"], message: str, fix: str) -> None:
+        findings.append(Finding(severity, SUBJECT, "setup", message, fix))
+
+    kinds: dict[str, Setup] = {}
+    ranks: dict[str, dict[str, str]] = {}
+    for view in views:
+        if not view.reachable:
+            add("error", f"{view.name}: not checked: {view.problem}", "reach it over SSH first")
+            continue
+        for engine in view.engines:
+            if engine.get("status") == "missing":
+                if configured != "launcher":  # a launcher's --rm containers: gone while down
+                    add(
+                        "error",
+                        f"{view.name}: no container named {engine.get('name')}",
+                        "create it",
+                    )
+                continue
+            kind, flags = seen(engine)
+            kinds[f"{view.name}/{engine.get('name')}"] = kind
+            ranks[view.name] = {**flags, "role": view.role}
+    unknown = [where for where, kind in kinds.items() if kind == "unknown"]
+    if unknown:
+        add(
+            "error",
+            f"set-up not recognised on {', '.join(unknown)}: no --nnodes, no ray start, not a "
+            "--rm launcher container",
+            "create the engine's containers with vLLM's --nnodes/--node-rank/--headless",
+        )
+    found = sorted({kind for kind in kinds.values() if kind != "unknown"})
+    if len(found) > 1:
+        add("error", f"the nodes disagree on the set-up: {', '.join(found)}", "one set-up for all")
+    if len(found) != 1 or unknown or len(ranks) < len(views):  # not one set-up seen on all
+        return findings
+    kind = found[0]
+    add("info", f"sees the {kind} set-up on every node ({len(views)} nodes)", "-")
+    if kind != configured:
+        add(
+            "error",
+            f"cluster.setup is {configured!r} but the containers show the {kind} set-up",
+            FIXES[kind],
+        )
+    if kind == "native":
+        findings += _native(ranks, len(views))
+    return findings
+
+
+def _native(ranks: dict[str, dict[str, str]], nodes: int) -> list[Finding]:
+    """vLLM's own multi-node mode: one rank per node, rank 0 serving on the head."""
+    missing: list[str] = []
+    seen_ranks: dict[str, str] = {}
+    for name, flags in ranks.items():
+        head = flags["role"] == "head"
+        if flags.get("nnodes") != str(nodes):
+            missing.append(f"{name}: --nnodes {flags.get('nnodes')}, but {nodes} nodes configured")
+        rank = flags.get("node-rank", "0")
+        if rank in seen_ranks:
+            missing.append(f"{name}: --node-rank {rank} also on {seen_ranks[rank]}")
+        seen_ranks[rank] = name
+        if head and (rank != "0" or "headless" in flags):
+            missing.append(f"{name}: the head must be rank 0 and serve (no --headless)")
+        if not head and "headless" not in flags:
+            missing.append(f"{name}: a worker without --headless")
+        if not head and "master-addr" not in flags:
+            missing.append(f"{name}: a worker without --master-addr (the head's address)")
+    if not missing:
+        said = ", ".join(f"{n} rank {f.get('node-rank', '0')}" for n, f in ranks.items())
+        return [Finding("info", SUBJECT, "ranks", f"native ranks complete: {said}", "-")]
+    return [
+        Finding(
+            "error",
+            SUBJECT,
+            "ranks",
+            "native set-up incomplete: " + "; ".join(missing),
+            "recreate the engine's containers with vLLM's --nnodes N --node-rank R "
+            "--master-addr HEAD, --headless on the workers",
+        )
+    ]

@@ -1,0 +1,167 @@
+"""Pure judgements over what the nodes answered: may a restart begin, and how is the cluster.
+
+A cluster is one engine: a worker's engine container that died is a crash of the whole, even
+while the head's ``/health`` still says 200 (a lost rank shows only as a stuck collective); a
+head that died leaves headless ranks that never exit nor rejoin; a node that did not answer is
+reported as unreachable, never guessed about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: What ``cluster status`` can say of the whole.
+ClusterState = Literal["serving", "crashed", "head-down", "down", "unhealthy", "unknown"]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as the head saw it: its ``node inspect`` answer, or why there was none."""
+
+    name: str
+    role: Literal["head", "worker"]
+    answer: dict[str, Any] | None
+    #: why there is no answer: "unreachable: ..." or what its sparkwarden said
+    problem: str = ""
+
+    @property
+    def reachable(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def engines(self) -> list[dict[str, Any]]:
+        return list((self.answer or {}).get("engines", []))
+
+    @property
+    def engine_up(self) -> bool:
+        return any(e.get("status") == "running" for e in self.engines)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: ClusterState
+    summary: str
+    nodes: dict[str, str] = field(default_factory=dict)
+
+
+def preflight_problems(views: list[NodeView], missing_ok: bool = False) -> list[str]:
+    """Every reason not to touch the cluster; empty means a restart may begin. ``missing_ok``:
+    the launcher set-up, whose ``--rm`` containers exist only while it runs."""
+    problems: list[str] = []
+    images: dict[str, set[str]] = {}
+    for view in views:
+        if view.answer is None:
+            problems.append(f"{view.name}: {view.problem}")
+            continue
+        if not view.answer.get("version"):
+            problems.append(f"{view.name}: its sparkwarden did not say its version")
+        for engine in view.engines:
+            if engine.get("status") == "missing":
+                if missing_ok:
+                    continue
+                problems.append(f"{view.name}: no container named {engine.get('name')}")
+            elif engine.get("image"):
+                images.setdefault(str(engine["image"]), set()).add(view.name)
+        memory = view.answer.get("memory") or {}
+        if not isinstance(memory.get("available_gib"), int | float):
+            problems.append(f"{view.name}: its memory could not be read")
+    if len(images) > 1:
+        problems.append(
+            "the engine's image differs between nodes: "
+            + "; ".join(
+                f"{image[:19]} on {', '.join(sorted(nodes))}"
+                for image, nodes in sorted(images.items())
+            )
+        )
+    return problems
+
+
+def judge(views: list[NodeView], head_health: str | None) -> Verdict:
+    """The cluster's state from every node's answer and the head's ``/health`` ("up", "dead",
+    "loading", "no-answer", or None when not asked)."""
+    lines = {view.name: describe(view) for view in views}
+    unreachable = [v.name for v in views if not v.reachable]
+    head = next(v for v in views if v.role == "head")
+    workers = [v for v in views if v.role == "worker"]
+    dead_workers = [v.name for v in workers if v.reachable and not v.engine_up]
+    live_workers = [v.name for v in workers if v.reachable and v.engine_up]
+    if dead_workers and head.reachable and head.engine_up:
+        said = f" though the head's /health says {head_health}" if head_health == "up" else ""
+        return Verdict(
+            "crashed",
+            f"the engine on {', '.join(dead_workers)} is down{said}: the cluster cannot serve "
+            "(a lost rank hangs every request); restart the cluster as one",
+            lines,
+        )
+    if head.reachable and not head.engine_up and live_workers:
+        return Verdict(
+            "head-down",
+            f"the head's engine is down; the ranks on {', '.join(live_workers)} stay up and will "
+            "not rejoin a new head: restart the cluster as one",
+            lines,
+        )
+    if unreachable:
+        return Verdict("unknown", f"no answer from {', '.join(unreachable)}: state unknown", lines)
+    if not head.engine_up:
+        return Verdict("down", "no engine runs on any node", lines)
+    if head_health not in (None, "up"):
+        return Verdict(
+            "unhealthy", f"every rank runs but the head's /health is {head_health}", lines
+        )
+    return Verdict("serving", f"all {len(views)} nodes run their engine", lines)
+
+
+def node_problems(views: list[NodeView]) -> list[str]:
+    """What makes ``sparkwarden status`` on the head exit 1: a node that did not answer, or a
+    worker whose engine container is not running (the head's own engine is status's ``llm``)."""
+    problems = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
+    problems += [
+        f"{v.name}: {e.get('name')} is {e.get('status')}"
+        for v in views
+        if v.reachable and v.role == "worker"
+        for e in v.engines
+        if e.get("status") != "running"
+    ]
+    return problems
+
+
+def as_json(views: list[NodeView], head_health: str | None) -> dict[str, Any]:
+    """The cluster as ``cluster status --json`` and ``status --json``'s ``cluster`` show it."""
+    verdict = judge(views, head_health)
+    return {
+        "state": verdict.state,
+        "summary": verdict.summary,
+        "head_health": head_health,
+        "problems": node_problems(views),
+        "nodes": {
+            v.name: {
+                "role": v.role,
+                "reachable": v.reachable,
+                "answer": v.answer,
+                "problem": v.problem,
+            }
+            for v in views
+        },
+    }
+
+
+def from_json(nodes: dict[str, Any]) -> list[NodeView]:
+    """The views back from :func:`as_json`'s ``nodes`` (status renders its text from them)."""
+    return [
+        NodeView(name, n.get("role", "worker"), n.get("answer"), str(n.get("problem") or ""))
+        for name, n in nodes.items()
+    ]
+
+
+def describe(view: NodeView) -> str:
+    """One node in words: its engine containers' state and memory, or why it did not answer."""
+    if view.answer is None:
+        return view.problem or "unreachable"
+    parts = [f"{e.get('name')} {e.get('status')}" for e in view.engines]
+    memory = view.answer.get("memory") or {}
+    if isinstance(memory.get("available_gib"), int | float):
+        parts.append(
+            f"{memory['available_gib']:.1f}/{memory.get('total_gib', 0):.1f} GiB available"
+        )
+    return ", ".join(parts)

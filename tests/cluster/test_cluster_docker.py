@@ -1,0 +1,340 @@
+"""A cluster of two simulated Sparks restarted and watched from its head, on real parts: each
+node a network namespace with its own dockerd and sshd, reached over real SSH, running the
+multi-node stand-in (rank 0 on the head, a headless rank on the worker)."""
+
+from __future__ import annotations
+
+import json
+import re
+import select
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devtools.standin.stage import skeleton
+from sparkwarden.base import faults
+from sparkwarden.cluster.link import CONTROL_PREFIX
+from sparkwarden.cluster.sequence import STEPS
+from tests.kits.clusterkit import ClusterKit, Engine, LauncherEngine, Node, end_shared_ssh
+from tests.kits.commands import ROOT
+
+DOCS = ROOT / "docs" / "clusters.md"
+
+
+@pytest.fixture(scope="module")
+def kit() -> Iterator[ClusterKit]:
+    kit = ClusterKit(("head", "w1"))
+    yield kit
+    kit.close()
+
+
+@pytest.fixture
+def engine(kit: ClusterKit, tmp_path: Path) -> Iterator[Engine]:
+    engine = Engine(kit, tmp_path)
+    engine.wait_serving()
+    yield engine
+    engine.close()
+
+
+def test_healthy_cluster_restarted_as_one_over_ssh(engine: Engine) -> None:
+    ids = {
+        n: engine.stages[n].attrs(c)["Id"]
+        for n, c in (("head", engine.head), ("w1", engine.worker))
+    }
+    before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    result = engine.cli("cluster", "restart")
+    assert result.returncode == 0, result.stdout + result.stderr
+    order = re.findall(r"\] (\w+)\s+ok", result.stdout)
+    assert order == list(STEPS)  # every step ok, in the one order
+    for node, name in (("head", engine.head), ("w1", engine.worker)):
+        attrs = engine.stages[node].attrs(name)
+        assert attrs["Id"] == ids[node]  # the same containers
+        assert attrs["State"]["StartedAt"] != before[node] and attrs["State"]["Status"] == "running"
+    logs = engine.stages["head"].client.containers.get(engine.head).logs().decode()
+    assert logs.count("rank 1 joined") == 2  # the worker's fresh rank joined the fresh head
+    assert engine.wait_serving()["state"] == "serving"
+    history = json.loads(engine.cli("history", "--json").stdout)
+    drop = next(s for s in history[0]["steps"] if s["name"] == "drop_caches")
+    assert set(drop["detail"]["nodes"]) == {"head", "w1"}
+    assert all("available_after_gib" in f for f in drop["detail"]["nodes"].values())
+
+
+def test_dead_worker_is_a_crash_while_head_health_says_200(engine: Engine) -> None:
+    engine.stages["w1"].client.containers.get(engine.worker).kill()
+    state = engine.status()
+    assert state["state"] == "crashed", state
+    assert state["head_health"] == "up"  # what a head-only watchdog would believe
+    assert "w1" in state["summary"]
+    assert engine.cli("cluster", "status").returncode == 1
+    # and restarting the cluster as one brings the rank back
+    result = engine.cli("cluster", "restart")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert engine.wait_serving()["state"] == "serving"
+
+
+def test_watch_restarts_the_cluster_when_a_worker_dies(kit: ClusterKit, engine: Engine) -> None:
+    watch = kit.head.docker.run(
+        *engine.argv("cluster", "watch", "--interval", "1s", "--confirm", "2"), background=True
+    )
+    assert isinstance(watch, subprocess.Popen)
+    try:
+        before = engine.started_at("w1", engine.worker)
+        engine.stages["w1"].client.containers.get(engine.worker).kill()
+        deadline = time.monotonic() + 120
+        while engine.stages["w1"].status(engine.worker) != "running":
+            assert time.monotonic() < deadline and watch.poll() is None
+            time.sleep(0.5)
+        assert engine.started_at("w1", engine.worker) != before
+        assert engine.wait_serving(timeout=60)["state"] == "serving"
+    finally:
+        watch.terminate()  # the watch this test started, by its pid
+        out, _ = watch.communicate()
+    assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{watch.pid}-*"))
+    assert re.search(r"crashed: the engine on w1 is down .*-> crashed: seen 1 of 2", out), out
+    runs = json.loads(engine.cli("history", "--json").stdout)
+    assert runs[0]["reason"] == "cluster-crash" and runs[0]["result"] == "ok", runs[0]
+
+
+def test_status_on_the_head_shows_every_node_over_ssh(kit: ClusterKit, engine: Engine) -> None:
+    """``ssh spark sparkwarden status`` stays the one command: typed into the head over SSH, it
+    shows every node; a dead worker and then an unreachable one are named."""
+
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return kit.ssh(kit.head, "head", *engine.argv("status", *args))
+
+    cluster = json.loads(status("--json").stdout)["cluster"]
+    assert cluster["problems"] == [] and cluster["state"] == "serving", cluster
+    assert {n: v["reachable"] for n, v in cluster["nodes"].items()} == {"head": True, "w1": True}
+    text = status().stdout
+    assert re.search(
+        rf"^  w1 +worker +reachable +{engine.worker} running, [\d.]+/[\d.]+ GiB", text, re.M
+    ), text
+    assert re.search(rf"^  head +head +reachable +{engine.head} running", text, re.M), text
+    engine.stages["w1"].client.containers.get(engine.worker).kill()
+    dead = status("--json")
+    assert dead.returncode == 1
+    assert json.loads(dead.stdout)["cluster"]["problems"] == [f"w1: {engine.worker} is exited"]
+    kit.stop_sshd(kit.node("w1"))
+    try:
+        gone = status()
+    finally:
+        kit.start_sshd(kit.node("w1"))
+    assert gone.returncode == 1
+    assert re.search(
+        r"^  w1 +worker +UNREACHABLE +node w1 is unreachable: ssh", gone.stdout, re.M
+    ), gone.stdout
+
+
+def test_doctor_on_the_head_sees_the_native_set_up_on_every_node(engine: Engine) -> None:
+    """Read from the rank containers' own command lines, on each node, over SSH."""
+    result = engine.cli("doctor")
+    assert "INFO    cluster: sees the native set-up on every node (2 nodes)" in result.stdout
+    assert "cluster: native ranks complete: head rank 0, w1 rank 1" in result.stdout, result.stdout
+
+
+def test_ssh_down_at_preflight_touches_nothing(kit: ClusterKit, engine: Engine) -> None:
+    worker = kit.node("w1")
+    before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    kit.stop_sshd(worker)
+    try:
+        result = engine.cli("cluster", "restart")
+        status = engine.status()
+    finally:
+        kit.start_sshd(worker)
+    assert result.returncode == 1
+    assert "preflight" in result.stderr and "w1 is unreachable" in result.stderr, result.stderr
+    assert status["state"] == "unknown" and not status["nodes"]["w1"]["reachable"]
+    after = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    assert after == before
+    assert engine.wait_serving()["state"] == "serving"
+
+
+def other_image(node: Node) -> str:
+    """The stand-in's skeleton again with one more folder: the same files, another image ID."""
+    tag = f"swt-other-{uuid.uuid4().hex[:6]}"
+    node.client().api.import_image_from_data(
+        skeleton("other"), repository="sparkwarden-other", tag=tag
+    )
+    return f"sparkwarden-other:{tag}"
+
+
+def test_mismatched_images_refused_before_anything_moves(kit: ClusterKit, tmp_path: Path) -> None:
+    image = other_image(kit.node("w1"))
+    engine = Engine(kit, tmp_path, worker_image=image)
+    try:
+        engine.wait_serving()
+        before = engine.started_at("head", engine.head)
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 1
+        assert "image differs between nodes" in result.stderr, result.stderr
+        assert engine.started_at("head", engine.head) == before
+        preflight = engine.cli("cluster", "preflight", "--json")
+        assert preflight.returncode == 1 and "image differs" in preflight.stdout
+    finally:
+        engine.close()
+        kit.node("w1").client().images.remove(image, force=True)
+
+
+def test_memory_never_back_on_a_node_starts_nothing_and_resumes_voice(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    gate = {"start_min_available_gib": 100000, "start_wait": "2s", "drop_interval": "1s"}
+    engine = Engine(kit, tmp_path, worker_voice=True, memory=gate)
+    try:
+        engine.wait_serving()
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 1
+        assert (
+            "failed at drop_caches" in result.stderr and "memory did not come back" in result.stderr
+        )
+        assert re.search(r"pause_voice\s+ok .*w1: swt-\w+-stt", result.stdout), result.stdout
+        assert re.search(r"start_workers\s+skipped", result.stdout)
+        assert engine.stages["w1"].status(engine.worker) == "exited"  # left down...
+        assert engine.stages["head"].status(engine.head) == "exited"
+        assert engine.stages["w1"].status(engine.voice[0]) == "running"  # ...voice resumed
+        assert engine.status()["state"] == "down"
+    finally:
+        engine.close()
+
+
+def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_path: Path) -> None:
+    engine = Engine(kit, tmp_path, worker_voice=True)
+    try:
+        engine.wait_serving()
+        faults = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": "stop_workers"}
+        run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=faults, background=True)
+        assert isinstance(run, subprocess.Popen)
+        stages = engine.stages
+        deadline = time.monotonic() + 60
+        while not (
+            stages["w1"].status(engine.worker) == "exited"
+            and stages["w1"].status(engine.voice[0]) == "paused"
+        ):
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.2)
+        time.sleep(0.5)  # held after stop_workers acted, before it is recorded
+        run.kill()  # sparkwarden on the head dies mid-run, by its pid
+        run.communicate()
+        end_shared_ssh(kit, run.pid)
+        assert engine.status()["state"] == "down"
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert stages["w1"].status(engine.voice[0]) == "running"  # the dead run's pause undone
+        assert engine.wait_serving()["state"] == "serving"
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        assert [r["result"] for r in runs[:2]] == ["ok", "interrupted"]
+    finally:
+        engine.close()
+
+
+def test_node_lost_mid_run_is_not_touched_again_and_named(kit: ClusterKit, tmp_path: Path) -> None:
+    """w1 drops off the LAN after preflight and pause_voice: the run fails at stop_workers
+    naming it, starts nothing, resumes the head's voice, names w1's voice left paused; once w1
+    is back, the next cluster restart resumes that voice and the cluster serves again."""
+    engine = Engine(kit, tmp_path, worker_voice=True, head_voice=True)
+    worker, release = kit.node("w1"), tmp_path / "release"
+    stages = engine.stages
+    try:
+        engine.wait_serving()
+        env = {faults.ENABLE: "1", faults.STALL_AT: "pause_voice", faults.RELEASE: str(release)}
+        run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=env, background=True)
+        assert isinstance(run, subprocess.Popen)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "release.held").exists():  # pause_voice acted, the run holds
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.2)
+        assert stages["w1"].status(engine.voice[0]) == "paused"
+        kit.cut(worker)
+        try:
+            release.touch()
+            out, err = run.communicate(timeout=120)
+        finally:
+            kit.cut(worker, up=True)
+        assert run.returncode == 1, out + err
+        assert "failed at stop_workers: node w1 is unreachable" in err, err
+        assert "left paused on w1 (" + engine.voice[0] + ")" in err, err
+        assert re.search(r"start_workers\s+skipped", out) and re.search(
+            r"start_head\s+skipped", out
+        )
+        assert stages["head"].status(engine.head) == "exited"  # stopped, nothing started
+        assert stages["head"].status(engine.head_voice[0]) == "running"  # resumed where it could
+        assert stages["w1"].status(engine.voice[0]) == "paused"  # not touched again
+        history = engine.cli("history", "--limit", "1").stdout
+        assert "node w1 is unreachable" in history, history
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        resume = next(s for s in runs[0]["steps"] if s["name"] == "resume_voice")
+        assert resume["detail"]["left_paused"] == {"w1": engine.voice}
+        result = engine.cli("cluster", "restart")  # w1 back: the next run puts it right
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert stages["w1"].status(engine.voice[0]) == "running"
+        assert engine.wait_serving()["state"] == "serving"
+    finally:
+        engine.close()
+
+
+def test_launcher_set_up_restarted_with_its_own_launcher(kit: ClusterKit, tmp_path: Path) -> None:
+    """eugr's set-up: ``--rm`` containers that a stop removes; the start is the launcher
+    command the config records, run on the head; doctor names the set-up."""
+    engine = LauncherEngine(kit, tmp_path)
+    try:
+        first = kit.head.docker.run(str(engine.script))  # the operator's own launch
+        assert isinstance(first, subprocess.CompletedProcess) and first.returncode == 0, first
+        engine.wait_serving(timeout=60)
+        before = {
+            n: engine.started_id(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))
+        }
+        doctor = engine.cli("doctor").stdout
+        assert "cluster: sees the launcher set-up on every node (2 nodes)" in doctor, doctor
+        assert "ERROR   cluster" not in doctor, doctor
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert re.search(r"start_workers\s+ok .*the launcher ran: ", result.stdout), result.stdout
+        assert re.search(
+            r"start_head\s+ok .*the launcher's containers run on head, w1", result.stdout
+        )
+        after = {
+            n: engine.started_id(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))
+        }
+        assert all(after[n] != before[n] for n in after)  # new --rm containers, by the launcher
+        assert engine.wait_serving()["state"] == "serving"
+    finally:
+        engine.close()
+
+
+def test_docs_commands_run_as_written(engine: Engine) -> None:
+    """Every ``$ `` line of docs/clusters.md, typed on the head with its config, and the
+    long-running watch of its ``sh`` block, until its first look."""
+    text = DOCS.read_text()
+    commands = re.findall(r"^\$ (.+)$", text, re.MULTILINE)
+    services = re.findall(r"```sh\n(sparkwarden cluster watch .+)\n```", text)
+    assert commands and len(services) == 1
+    env = {
+        "SPARKWARDEN_CONFIG": str(engine.config),
+        "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    # No daemon runs on the test's head: status reads its LLM as unknown and exits 1 for that.
+    codes = {"sparkwarden status": 1}
+    for command in commands:
+        result = engine.kit.head.docker.run("bash", "-c", command, env=env, timeout=180)
+        assert isinstance(result, subprocess.CompletedProcess)
+        said = f"{command}: {result.stdout}{result.stderr}"
+        assert result.returncode == codes.get(command, 0), said
+        if command == "sparkwarden status":
+            assert re.search(r"^  w1 +worker +reachable .* running", result.stdout, re.M), said
+    watch = engine.kit.head.docker.run(
+        "bash", "-c", f"exec {services[0]}", env=env, background=True
+    )
+    assert isinstance(watch, subprocess.Popen) and watch.stdout is not None
+    try:
+        ready, _, _ = select.select([watch.stdout], [], [], 120)
+        first = watch.stdout.readline() if ready else "(nothing within 120s)"
+    finally:
+        watch.terminate()  # the watch this test started, by its pid
+        watch.communicate()
+    assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{watch.pid}-*"))
+    assert " serving: all 2 nodes run their engine -> cluster serving" in first, first

@@ -1,0 +1,423 @@
+"""The cluster sequence's order and refusals, the verdicts and the SSH link's reading, with a
+fake link (the real one over SSH: test_cluster_docker.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from sparkwarden.base.errors import ConfigError
+from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
+from sparkwarden.cluster.node import Params
+from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
+from sparkwarden.cluster.setup import check as check_setup
+from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
+from sparkwarden.config.schema import ClusterNode, Config, parse
+from sparkwarden.restart.journal import Journal, RunRecord
+from sparkwarden.surfaces import status_text
+from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
+
+IMAGE = "sha256:" + "a" * 64
+TWO = {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "b", "ssh": "b", "engine": ["y"]}]}
+
+
+def make_config(tmp_path: Path, **cluster: Any) -> Config:
+    return parse(
+        {
+            "llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"},
+            "state": {"dir": str(tmp_path / "state")},
+            "cluster": {
+                "nodes": [
+                    {"name": "head", "engine": ["vllm-head"], "voice": ["stt"]},
+                    {"name": "w1", "ssh": "root@spark2", "engine": ["vllm-w1"]},
+                ],
+                **cluster,
+            },
+        }
+    )
+
+
+class FakeLink:
+    """Each node's engines, voice and memory; records every call in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.engines = {
+            "head": {"vllm-head": {"id": "h" * 64, "image": IMAGE, "status": "running"}},
+            "w1": {"vllm-w1": {"id": "w" * 64, "image": IMAGE, "status": "running"}},
+        }
+        self.voice = {"head": {"stt": "running"}, "w1": {}}
+        self.unreachable: set[str] = set()
+        #: (node, verb): that node stops answering from that call on
+        self.lose_at: tuple[str, str] | None = None
+        self.low_memory: set[str] = set()
+
+    def call(self, node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
+        assert timeout > 0
+        self.calls.append((node.name, verb))
+        if self.lose_at == (node.name, verb):
+            self.unreachable.add(node.name)
+        if node.name in self.unreachable:
+            raise NodeUnreachable(
+                node.name, "ssh: connect to host spark2 port 22: No route to host"
+            )
+        engines = self.engines[node.name]
+        if verb == "inspect":
+            return {
+                "version": "0.1",
+                "engines": [{"name": n, **e} for n, e in engines.items()],
+                "memory": {"available_gib": 100.0, "total_gib": 121.0},
+            }
+        if verb == "pause":
+            paused = [n for n, s in self.voice[node.name].items() if s == "running"]
+            self.voice[node.name].update(dict.fromkeys(paused, "paused"))
+            return {"paused": paused}
+        if verb == "resume":
+            self.voice[node.name].update(dict.fromkeys(params.voice, "running"))
+            return {"resumed": params.voice}
+        if verb == "stop":
+            for engine in engines.values():
+                engine["status"] = "exited"
+            return {"stopped": list(engines)}
+        if verb == "drop":
+            if node.name in self.low_memory:
+                raise NodeFailed(node.name, "memory did not come back: 20.0 GiB available")
+            return {"summary": "20.0 -> 100.0 GiB"}
+        if verb == "start":
+            for engine in engines.values():
+                engine["status"] = "running"
+            return {"started": {n: {"id": e["id"]} for n, e in engines.items()}}
+        raise AssertionError(verb)
+
+    def verbs(self, verb: str) -> list[str]:
+        return [node for node, v in self.calls if v == verb]
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.chats = 0
+
+    def health(self, timeout: float = 10.0) -> Health:
+        return Health("up", "HTTP 200")
+
+    def served_model(self, timeout: float = 30.0) -> str:
+        return "m"
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        self.chats += 1
+        return ChatOutcome(True, "answered", "ready")
+
+
+def run(tmp_path: Path, link: FakeLink) -> tuple[Any, Journal, FakeEngine]:
+    config = make_config(tmp_path)
+    journal = Journal(config.state.dir)
+    engine = FakeEngine()
+    parts = ClusterParts(link, cast(VllmClient, engine), journal, sleep=lambda _s: None)
+    return restart_cluster(config, "manual", parts), journal, engine
+
+
+def test_healthy_run_stops_head_first_starts_workers_first(tmp_path: Path) -> None:
+    link = FakeLink()
+    outcome, journal, engine = run(tmp_path, link)
+    assert outcome.ok, outcome.error
+    acts = [c for c in link.calls if c[1] in ("stop", "start")]
+    assert acts == [("head", "stop"), ("w1", "stop"), ("w1", "start"), ("head", "start")]
+    assert sorted(link.verbs("drop")) == ["head", "w1"]
+    assert link.voice["head"]["stt"] == "running" and link.verbs("resume") == ["head"]
+    assert engine.chats == 1
+    record = journal.run(outcome.run_id)
+    assert record is not None and record.result == "ok"
+    assert [s.name for s in record.steps] == list(STEPS)
+    drop = next(s for s in record.steps if s.name == "drop_caches")
+    assert set(drop.detail["nodes"]) == {"head", "w1"}  # each node's figures
+
+
+def test_unreachable_node_at_preflight_touches_nothing(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.unreachable.add("w1")
+    outcome, journal, _ = run(tmp_path, link)
+    assert not outcome.ok and outcome.failed_step == "preflight"
+    assert "w1" in (outcome.error or "") and "unreachable" in (outcome.error or "")
+    assert {verb for _, verb in link.calls} == {"inspect"}
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    assert [s.result for s in record.steps][1:-1] == ["skipped"] * (len(STEPS) - 2)
+
+
+def test_mismatched_images_refused(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.engines["w1"]["vllm-w1"]["image"] = "sha256:" + "b" * 64
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.failed_step == "preflight" and "image differs" in (outcome.error or "")
+    assert {verb for _, verb in link.calls} == {"inspect"}
+
+
+def test_memory_not_back_on_one_node_starts_nothing_and_resumes_voice(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.low_memory.add("w1")
+    outcome, _, engine = run(tmp_path, link)
+    assert outcome.failed_step == "drop_caches" and "w1" in (outcome.error or "")
+    assert link.verbs("start") == [] and engine.chats == 0
+    assert link.voice["head"]["stt"] == "running"
+
+
+@pytest.mark.parametrize("verb", ["stop", "drop"])
+def test_node_lost_mid_run_is_not_touched_again_and_named(tmp_path: Path, verb: str) -> None:
+    nodes = [
+        {"name": "head", "engine": ["vllm-head"], "voice": ["stt"]},
+        {"name": "w1", "ssh": "root@spark2", "engine": ["vllm-w1"], "voice": ["tts"]},
+    ]
+    config = make_config(tmp_path, nodes=nodes)
+    link = FakeLink()
+    link.voice["w1"] = {"tts": "running"}
+    link.lose_at = ("w1", verb)
+    journal = Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
+    outcome = restart_cluster(config, "manual", parts)
+    assert (
+        not outcome.ok
+        and outcome.failed_step == {"stop": "stop_workers", "drop": "drop_caches"}[verb]
+    )
+    assert "node w1 is unreachable" in (outcome.error or "")
+    assert "left paused on w1 (tts)" in (outcome.error or "")
+    lost_at = link.calls.index(("w1", verb))
+    assert "w1" not in [n for n, _ in link.calls[lost_at + 1 :]]  # never touched again
+    assert link.verbs("start") == []  # nothing started
+    assert link.voice["head"]["stt"] == "running"  # resumed where it could be
+    record = journal.runs(limit=1)[0]
+    assert record.plan["cluster_voice_left"] == {"w1": ["tts"]}
+    assert left_paused(journal.runs(limit=5)) == {"w1": ["tts"]}  # the next run resumes it
+    resume = next(s for s in record.steps if s.name == "resume_voice")
+    assert resume.result == "failed" and resume.detail["left_paused"] == {"w1": ["tts"]}
+    journal.close()
+
+
+def test_a_recreated_container_fails_the_start(tmp_path: Path) -> None:
+    link = FakeLink()
+    original = link.call
+
+    def recreate(node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
+        answer = original(node, verb, params, timeout)
+        if verb == "start" and node.name == "w1":
+            answer["started"]["vllm-w1"]["id"] = "x" * 64
+        return answer
+
+    link.call = recreate  # type: ignore[method-assign]
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.failed_step == "start_workers" and "recreated" in (outcome.error or "")
+    assert link.verbs("start") == ["w1"]  # the head was not started against it
+
+
+def view(name: str, role: str, status: str | None = "running") -> NodeView:
+    if status is None:
+        return NodeView(name, role, None, "unreachable: ssh: Connection timed out")  # type: ignore[arg-type]
+    answer = {
+        "version": "0.1",
+        "engines": [{"name": f"e-{name}", "status": status, "image": IMAGE}],
+        "memory": {"available_gib": 9.0, "total_gib": 12.0},
+    }
+    return NodeView(name, role, answer)  # type: ignore[arg-type]
+
+
+def test_a_dead_worker_is_a_crash_though_health_says_200() -> None:
+    verdict = judge([view("head", "head"), view("w1", "worker", "exited")], "up")
+    assert verdict.state == "crashed" and "w1" in verdict.summary and "200" not in verdict.summary
+    assert "/health says up" in verdict.summary
+
+
+def test_unreachable_node_is_reported_not_guessed() -> None:
+    verdict = judge([view("head", "head"), view("w1", "worker", None)], "up")
+    assert verdict.state == "unknown" and "w1" in verdict.summary
+    assert "unreachable" in verdict.nodes["w1"]
+
+
+def test_head_down_leaves_stranded_ranks() -> None:
+    verdict = judge([view("head", "head", "exited"), view("w1", "worker")], "loading")
+    assert verdict.state == "head-down" and "w1" in verdict.summary
+
+
+def test_serving_and_down() -> None:
+    assert judge([view("head", "head"), view("w1", "worker")], "up").state == "serving"
+    down = [view("head", "head", "exited"), view("w1", "worker", "exited")]
+    assert judge(down, "loading").state == "down"
+    assert judge([view("head", "head"), view("w1", "worker")], "dead").state == "unhealthy"
+
+
+def test_status_on_the_head_exits_1_for_an_unreachable_node_or_a_dead_worker() -> None:
+    """The head's own snapshot is sound (daemon running, its LLM running): only the cluster
+    field can make ``sparkwarden status`` exit 1, and its text has one line per node."""
+    sound = {"daemon": {"running": True}, "llm": {"status": "running"}}
+    serving = as_json([view("head", "head"), view("w1", "worker")], None)
+    assert serving["problems"] == []
+    assert status_text.exit_code({**sound, "cluster": serving}) == status_text.EXIT_OK
+    for bad, said in (
+        (view("w1", "worker", "exited"), "e-w1 is exited"),
+        (view("w1", "worker", None), "unreachable"),
+    ):
+        cluster = as_json([view("head", "head"), bad], None)
+        assert any(said in p for p in cluster["problems"]), cluster
+        assert status_text.exit_code({**sound, "cluster": cluster}) == status_text.EXIT_PROBLEM
+    lines = status_text.format_text({**sound, "cluster": cluster}).splitlines()
+    assert lines[-3].startswith("cluster:     unknown: no answer from w1")
+    assert re.match(r"  head +head +reachable +e-head running, 9.0/12.0 GiB available$", lines[-2])
+    assert re.match(
+        r"  w1 +worker +UNREACHABLE +unreachable: ssh: Connection timed out$", lines[-1]
+    )
+
+
+def node(name: str, role: str, command: list[str], auto_remove: bool = False) -> NodeView:
+    engine = {"name": f"e-{name}", "status": "running", "command": command}
+    return NodeView(name, role, {"engines": [{**engine, "auto_remove": auto_remove}]})  # type: ignore[arg-type]
+
+
+RANK = ["vllm", "serve", "m", "--nnodes=2", "--master-port", "29501"]
+
+
+def said(findings: list[Any]) -> list[tuple[str, str]]:
+    return [(f.severity, f.message) for f in findings]
+
+
+def test_doctor_sees_the_native_set_up_and_what_it_lacks() -> None:
+    head = node("head", "head", ["bash", "-c", " ".join([*RANK, "--node-rank", "0"])])
+    good = node("w1", "worker", [*RANK, "--node-rank", "1", "--headless", "--master-addr", "x"])
+    findings = said(check_setup([head, good], "native"))
+    assert ("info", "sees the native set-up on every node (2 nodes)") in findings
+    assert ("info", "native ranks complete: head rank 0, w1 rank 1") in findings
+    assert not [f for f in findings if f[0] == "error"]
+    bad = node("w1", "worker", [*RANK, "--node-rank", "0"])
+    (error,) = [m for s, m in said(check_setup([head, bad], "native")) if s == "error"]
+    assert "w1: --node-rank 0 also on head" in error
+    assert "w1: a worker without --headless" in error and "without --master-addr" in error
+
+
+def test_doctor_names_ray_and_launcher_set_ups_not_driven() -> None:
+    ray = ["/bin/bash", "-c", "ray start --block --head --port=6379"]
+    views = [node("head", "head", ray), node("w1", "worker", ["ray", "start", "--address=h:6379"])]
+    findings = said(check_setup(views, "native"))
+    assert ("info", "sees the ray set-up on every node (2 nodes)") in findings
+    assert ("error", "cluster.setup is 'native' but the containers show the ray set-up") in findings
+    idle = ["sleep", "infinity"]
+    views = [node("head", "head", idle, True), node("w1", "worker", idle, True)]
+    assert ("info", "sees the launcher set-up on every node (2 nodes)") in said(
+        check_setup(views, "native")
+    )
+    mixed = [node("head", "head", idle, True), node("w1", "worker", ["python", "app.py"])]
+    errors = [m for s, m in said(check_setup(mixed, "native")) if s == "error"]
+    assert errors == [
+        "set-up not recognised on w1/e-w1: no --nnodes, no ray start, not a --rm launcher container"
+    ]
+    lost = [node("head", "head", idle, True), view("w1", "worker", None)]
+    assert "w1: not checked: unreachable" in said(check_setup(lost, "native"))[0][1]
+
+
+def test_preflight_problems_name_each_node() -> None:
+    assert preflight_problems([view("head", "head"), view("w1", "worker")]) == []
+    missing = view("w1", "worker", "missing")
+    assert preflight_problems([view("head", "head"), missing]) == ["w1: no container named e-w1"]
+
+
+def test_ssh_command_line_is_batch_with_a_connect_timeout(tmp_path: Path) -> None:
+    config = make_config(tmp_path, connect_timeout="4s", ssh_config=str(tmp_path / "ssh_config"))
+    assert config.cluster is not None
+    head, worker = config.cluster.nodes
+    argv = node_argv(worker, config.cluster, "stop", Params(engine=["vllm w1"], timeout=30))
+    assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and "ConnectTimeout=4" in argv
+    assert argv[-2] == "root@spark2"
+    assert argv[-1].startswith("sparkwarden node stop --engine 'vllm w1' --timeout 30 ")
+    assert node_argv(head, config.cluster, "drop", Params())[:3] == ["sparkwarden", "node", "drop"]
+
+
+def test_answers_read_from_exit_code_and_json_line() -> None:
+    assert interpret("w1", 0, 'noise\n{"ok": true, "x": 1}\n', "", True)["x"] == 1
+    with pytest.raises(NodeUnreachable, match="w1 is unreachable: ssh: Permission denied"):
+        interpret("w1", 255, "", "Permission denied (publickey).\n", True)
+    with pytest.raises(NodeFailed, match="memory did not come back"):
+        interpret("w1", 1, '{"ok": false, "error": "memory did not come back"}', "", True)
+    with pytest.raises(NodeFailed, match="not found"):
+        interpret("w1", 127, "", "sh: 1: sparkwarden: not found", True)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ({"nodes": [{"name": "a", "engine": ["x"]}]}, "cluster.nodes: List should have at least 2"),
+        (
+            {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "a", "ssh": "b", "engine": ["y"]}]},
+            "node names listed more than once: a",
+        ),
+        (
+            {
+                "nodes": [
+                    {"name": "a", "engine": ["x"]},
+                    {"name": "b", "ssh": "-oProxyCommand=x", "engine": ["y"]},
+                ]
+            },
+            "cluster.nodes.1.ssh",
+        ),
+        ({**TWO, "setup": "launcher"}, 'setup = "launcher" needs launcher = '),
+        (
+            {**TWO, "launcher": "./launch-cluster.sh"},
+            'launcher is only read with setup = "launcher"',
+        ),
+        ({**TWO, "setup": "ray"}, "cluster.setup"),
+    ],
+)
+def test_bad_cluster_config_named(tmp_path: Path, cluster: dict[str, Any], message: str) -> None:
+    data = {"llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"}, "cluster": cluster}
+    with pytest.raises(ConfigError, match=message):
+        parse(data)
+
+
+def record(run_id: int, result: str, plan: dict[str, Any]) -> RunRecord:
+    return RunRecord(run_id, "manual", result, 0.0, None, None, None, None, None, plan)  # type: ignore[arg-type]
+
+
+def test_left_paused_gathers_cut_runs_back_to_the_last_finished_one() -> None:
+    runs = [
+        record(5, "running", {"cluster": ["head", "w1"], "cluster_voice": {"w1": ["tts"]}}),
+        record(4, "ok", {"container": "llm"}),  # a single-host run: not the cluster's
+        record(3, "interrupted", {"cluster": ["head"], "cluster_voice": {"head": ["stt"]}}),
+        record(2, "ok", {"cluster": ["head"], "cluster_voice": {"head": ["old"]}}),
+        record(1, "interrupted", {"cluster": ["head"], "cluster_voice": {"head": ["older"]}}),
+    ]
+    assert left_paused(runs) == {"w1": ["tts"], "head": ["stt"]}
+
+
+def test_adopted_voice_is_resumed_on_its_node(tmp_path: Path) -> None:
+    link = FakeLink()
+    link.voice["w1"] = {"tts": "paused"}  # a run killed on the head had paused it
+    config = make_config(tmp_path)
+    journal = Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
+    outcome = restart_cluster(config, "manual", parts, adopt={"w1": ["tts"]})
+    assert outcome.ok, outcome.error
+    assert link.voice["w1"]["tts"] == "running" and sorted(link.verbs("resume")) == ["head", "w1"]
+
+
+def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
+    from sparkwarden.actions.history import format_run
+
+    outcome, journal, _ = run(tmp_path, FakeLink())
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    text = format_run(record)
+    assert re.search(r"^    confirm_stopped +ok +\d", text, re.MULTILINE), text
+    assert re.search(r"^    workers_running +ok +\d", text, re.MULTILINE), text
+
+
+def test_watch_restarts_a_crash_seen_twice_in_a_row_within_budget() -> None:
+    from sparkwarden.cluster.watch import decide
+
+    def act(looks: list[Any], runs: list[float], now: float = 1000.0) -> str:
+        return decide(looks, runs, now, confirm=2, max_runs=2, window=600.0).action
+
+    assert act(["serving", "crashed"], []) == "wait"  # once may be a rank mid-restart
+    assert act(["crashed", "crashed"], []) == "restart"
+    assert act(["head-down", "head-down"], []) == "restart"
+    assert act(["crashed", "unknown"], []) == "wait"  # an unreachable node is never guessed
+    assert act(["down", "down"], []) == "wait"  # stopped by someone, or a run failed already
+    assert act(["crashed", "crashed"], [900.0, 950.0]) == "give-up"  # budget spent
+    assert act(["crashed", "crashed"], [100.0, 950.0]) == "restart"  # the old one has aged out

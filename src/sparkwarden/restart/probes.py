@@ -63,7 +63,10 @@ class Probes(RunState):
         llm, parts = self.config.llm, self.parts
         model = llm.model or parts.vllm.served_model()
         if not model:
-            raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+            raise StepFailed(
+                "chat_probe",
+                f"could not learn the served model from /v1/models: {parts.vllm.why_no_model}",
+            )
         began = parts.monotonic()
         outcome = parts.vllm.chat(model, timeout=llm.probe_timeout)
         seconds = round(parts.monotonic() - began, 3)

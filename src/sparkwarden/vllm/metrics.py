@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError, scrub
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -100,7 +100,7 @@ def parse(text: str) -> EngineMetrics:
                 elif name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, RUNNING, WAITING, GENERATION, PROMPT):
                     sums[name] = sums.get(name, 0.0) + sample.value
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise MetricsError(f"/metrics is not Prometheus text: {exc}") from None
+        raise MetricsError(scrub(f"/metrics is not Prometheus text: {exc}")) from None
     if not sums and not per_pos:
         if "vllm:" not in text:
             raise NoStats(NO_STATS)

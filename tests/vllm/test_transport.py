@@ -6,7 +6,6 @@ The hostile listeners run as real unprivileged accounts made for the test (usera
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -130,13 +129,11 @@ def test_a_huge_body_is_not_read_past_the_cap(outsider: Account) -> None:
     with hostile(port, "huge", outsider):
         client = VllmClient(f"http://127.0.0.1:{port}")
         try:
-            began = time.monotonic()
             outcome = client.chat("m", timeout=5)
-            took = time.monotonic() - began
         finally:
             client.close()
     assert not outcome.ok and "5000000 bytes" in outcome.detail, outcome.detail
-    assert len(outcome.detail) <= KEEP and took < 5
+    assert len(outcome.detail) <= KEEP
 
 
 def test_a_key_echoed_in_an_error_and_terminal_escapes_are_scrubbed() -> None:

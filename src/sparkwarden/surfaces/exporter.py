@@ -220,6 +220,9 @@ class BoundedMetricsServer(HTTPServer):
     The threads are the server's own: its loop (which also reaps) and its workers.
     """
 
+    #: The kernel's accept queue: a burst is taken (and closed) at once, not left to retry SYNs.
+    request_queue_size = 128
+
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, handler)

@@ -126,3 +126,18 @@ def test_a_key_echoed_with_terminal_escapes_reaches_no_member(
     shown += [p.read_text() for p in (tmp_path / "state").glob("*.json")]
     assert all("\x1b" not in text and "\x07" not in text for text in shown), shown
     assert "\\x1b]0;pwned" in result.stderr
+
+
+def test_doctor_names_the_unprivileged_port_and_the_stranger_holding_it(
+    make_config: Any, tmp_path: Path, outsider: Account
+) -> None:
+    port = free_port()
+    config = make_config(["swt-doctor-none"], port, [], llm={"api_key_file": _key(tmp_path)})
+    with hostile(port, "squat", outsider):
+        result = run_cli(config, "doctor", "--json")
+    found = {(f["subject"], f["check"]): f for f in json.loads(result.stdout)}
+    assert result.returncode == 1
+    held = found[("llm", "listener")]
+    assert held["severity"] == "error" and f"held by uid {outsider.uid}" in held["message"]
+    assert found[("llm", "unprivileged-port")]["severity"] == "warning"
+    assert "below 1024" in found[("llm", "unprivileged-port")]["fix"]

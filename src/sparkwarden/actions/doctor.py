@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import DROP_CACHES, Host
+from sparkwarden.adapters.listeners import unprivileged_port_start
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
-from sparkwarden.config.schema import Config
+from sparkwarden.config.schema import API_KEY_ENV, GATEWAY_KEY_ENV, Config
 from sparkwarden.vllm import doctor_rules, serve_flags
 from sparkwarden.vllm.doctor_rules import Finding, vllm_config_file
+from sparkwarden.vllm.keyguard import Engines, KeyGuard, docker_engines
 
 
 def gather(config: Config) -> list[Finding]:
@@ -52,13 +55,32 @@ def gather(config: Config) -> list[Finding]:
                 findings += doctor_rules.check_llm(
                     name, attrs, total, flags, config.llm.stop_timeout, problem
                 )
+        engines = docker_engines(docker, config.llm.containers)
+        findings += _listener("llm", config.llm.base_url, config.llm.api_key_file, engines)
     except SparkwardenError as exc:
         findings.append(
             Finding("error", "docker", "engine", str(exc), "start Docker, or check DOCKER_HOST")
         )
     finally:
         docker.close()
+    if config.gateway is not None:
+        gateway = config.gateway
+        findings += _listener("gateway", gateway.url, gateway.api_key_file, lambda: Engines())
     return findings
+
+
+def _listener(
+    subject: str, url: str, key_file: object, engines: Callable[[], Engines]
+) -> list[Finding]:
+    """Whether the URL's port is on this host, unprivileged, or held by a stranger now."""
+    guard = KeyGuard(url, engines)
+    if guard.addresses() is None:
+        return []  # another host's port: no local user can sit on it
+    env = API_KEY_ENV if subject == "llm" else GATEWAY_KEY_ENV
+    keyed = key_file is not None or bool(os.environ.get(env))
+    return doctor_rules.check_listener(
+        subject, url, keyed, guard.port, unprivileged_port_start(), guard.refusal()
+    )
 
 
 def run(config: Config, as_json: bool) -> int:

@@ -8,6 +8,7 @@ Authorization header to ``<log>``, and answers the rest per mode:
 - ``nested``: 200 KB of ``[[[[`` for every JSON answer;
 - ``huge``: a 5 MB error body (HTTP 500);
 - ``echo``: HTTP 500 ``unknown api key <the key it was sent>`` with terminal escapes in it;
+- ``drip``: a 200 whose body comes one byte every 0.2 s, for days;
 - ``escapes``: an error message that retitles and clears a terminal, and forges a line.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 
 HOSTILE = textwrap.dedent(
     """
-    import http.server, json, sys
+    import http.server, json, sys, time
     port, mode, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     ESC = "\\x1b]0;pwned\\x07\\x1b[2J\\n[8/8] gateway_probe ok"
 
@@ -60,6 +61,14 @@ HOSTILE = textwrap.dedent(
             if mode == "echo":
                 message = "unknown api key " + key + " " + ESC
                 return self._send(500, json.dumps({"error": {"message": message}}).encode())
+            if mode == "drip":  # a body that never ends, one byte at a time
+                self.send_response(200)
+                self.send_header("Content-Length", "1000000")
+                self.end_headers()
+                for _ in range(1_000_000):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
             if mode == "escapes":
                 return self._send(500, json.dumps({"error": {"message": ESC}}).encode())
             if self.path == "/v1/models":

@@ -6,6 +6,7 @@ The hostile listeners run as real unprivileged accounts made for the test (usera
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -146,3 +147,18 @@ def test_a_key_echoed_in_an_error_and_terminal_escapes_are_scrubbed() -> None:
             client.close()
     assert not outcome.ok and "unknown api key [redacted]" in outcome.detail, outcome.detail
     assert KEY not in outcome.detail and outcome.detail.isprintable()
+
+
+def test_a_drip_fed_answer_is_cut_at_the_requests_timeout(outsider: Account) -> None:
+    """httpx's read timeout is the gap between chunks: a byte every 0.2 s never trips it."""
+    port = free_port()
+    said: list[str] = []
+    with hostile(port, "drip", outsider):
+        client = VllmClient(f"http://127.0.0.1:{port}")
+        try:
+            asking = threading.Thread(target=lambda: said.append(client.chat("m", 2).detail))
+            asking.start()
+            asking.join(timeout=60)
+        finally:
+            client.close()
+    assert said and "still arriving after the deadline" in said[0], said

@@ -43,12 +43,16 @@ def _address(hex_address: str) -> str:
     return str(address)
 
 
-def parse_proc_net_tcp(text: str) -> list[Listener]:
-    """The listening sockets in one ``/proc/net/tcp`` or ``tcp6`` table."""
+def parse_proc_net_tcp(text: str, port: int | None = None) -> list[Listener]:
+    """The listening sockets in one ``/proc/net/tcp`` or ``tcp6`` table (on ``port`` only, when
+    given: a busy engine's table has a line per client connection)."""
+    wanted = None if port is None else f":{port:04X}"
     found = []
     for line in text.splitlines()[1:]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != _LISTEN:
+            continue
+        if wanted is not None and not fields[1].endswith(wanted):
             continue
         hex_address, _, hex_port = fields[1].partition(":")
         found.append(
@@ -65,7 +69,7 @@ def tcp_listeners(port: int, proc: Path = Path("/proc")) -> list[Listener]:
             text = (proc / "net" / table).read_text()
         except OSError:  # no IPv6 in this kernel
             continue
-        found += [entry for entry in parse_proc_net_tcp(text) if entry.port == port]
+        found += parse_proc_net_tcp(text, port)
     return found
 
 

@@ -96,8 +96,9 @@ def _matching(listening: Iterable[Listener], addresses: set[str]) -> list[Listen
 
 
 class KeyGuard:
-    """Asked before each keyed request (reading ``/proc/net/tcp`` costs well under a
-    millisecond, and a listener can change whenever the engine restarts)."""
+    """Asked before each keyed request: a listener can change whenever the engine restarts, and
+    reading ``/proc/net/tcp`` (tens of milliseconds on the test VM) is small next to the chat
+    request it guards."""
 
     def __init__(
         self,

@@ -96,8 +96,8 @@ def test_a_slow_flood_from_an_outsider_is_held_to_the_servers_own_threads(
         answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
     finally:
         server.shutdown()
+    assert peak == own, f"{peak} threads during the flood, {own} before it"
     assert own == exporter.WORKERS + 1  # the workers and the serve loop, and no more, ever
-    assert peak == own, f"{peak} threads during the flood"
     assert own < TASKS_MAX // 16
     # Every connection was answered by a close: none was left hanging past the deadline.
     assert len(ended) == 400 and "open" not in ended, ended

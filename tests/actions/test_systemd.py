@@ -33,7 +33,6 @@ from tests.actions.test_operator_tools import Receiver
 from tests.kits.commands import ROOT
 from tests.kits.daemonkit import wait_for
 from tests.surfaces.test_control import FLOOD
-from tests.surfaces.test_exporter_flood import SLOW_FLOOD
 
 pytestmark = pytest.mark.docker
 
@@ -423,7 +422,7 @@ def test_a_members_slow_flood_leaves_root_an_answer(box: Box) -> None:
 
 
 def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(box: Box) -> None:
-    """Issue 29: 400 half-sent, drip-fed connections to /metrics from an outsider (carol, in no
+    """Issue 29: 400 drip-fed connections to /metrics from an outsider (carol, in no
     group) took prometheus_client's thread-per-connection server to TasksMax=256 in ~45 s.
     Now the daemon's thread count does not rise, root's status answers, every connection is
     closed."""
@@ -433,7 +432,7 @@ def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(bo
     box.put("/etc/sparkwarden/sparkwarden.toml", before_toml + metrics, 0o600)
     box.ok("systemctl restart sparkwarden")
     box.ok("id carol >/dev/null 2>&1 || useradd -m -s /bin/bash carol")
-    box.put("/srv/slowflood.py", SLOW_FLOOD)
+    box.put("/srv/flood.py", FLOOD)
     try:
         url = f"http://127.0.0.1:{port}/metrics"
         scrape = f"python3 -c 'import urllib.request as u; u.urlopen(\"{url}\")'"
@@ -446,7 +445,7 @@ def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(bo
         before = tasks()
         ended: list[tuple[int, str]] = []
         flood = threading.Thread(
-            target=lambda: ended.append(box.sh(f"python3 /srv/slowflood.py {port} 400 60", "carol"))
+            target=lambda: ended.append(box.sh(f"python3 /srv/flood.py tcp:{port} 400 60", "carol"))
         )
         flood.start()
         peak, asked = before, time.monotonic() + 1

@@ -1,4 +1,4 @@
-"""The exporter within the daemon's budget (issue 29): a local user's slow flood of half-sent
+"""The exporter within the daemon's budget (issue 29): a local user's slow flood of drip-fed
 requests is served by the server's few threads, cut at the deadline, and /metrics answers after.
 
 prometheus_client's own server started a thread per connection with no timeout: 400 idle
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -20,48 +19,10 @@ import pytest
 from devtools.standin.stage import free_port
 from sparkwarden.surfaces import exporter
 from tests.kits.hostile import Account, account
+from tests.surfaces.test_control import FLOOD
 
 #: The unit's TasksMax: every thread of the daemon counts against it.
 TASKS_MAX = 256
-
-SLOW_FLOOD = textwrap.dedent(
-    """
-    import json, socket, sys, time
-    port, count, bound = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-    conns, ended = [], {}
-    stop = time.monotonic() + bound
-    for i in range(count):
-        s = socket.socket()
-        s.settimeout(2)
-        try:
-            s.connect(("127.0.0.1", port))
-            s.send(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n")  # and never the blank line
-            s.setblocking(False)
-            conns.append((i, s))
-        except OSError:
-            ended[i] = "refused"
-    while conns and time.monotonic() < stop:
-        for i, s in list(conns):
-            try:
-                if s.recv(4096) == b"":
-                    raise ConnectionResetError
-                continue
-            except BlockingIOError:
-                try:
-                    s.send(b"X")  # drip: one byte now and then keeps a naive server waiting
-                    continue
-                except OSError:
-                    ended[i] = "closed"
-            except OSError:
-                ended[i] = "closed"
-            conns.remove((i, s))
-            s.close()
-        time.sleep(0.5)
-    for i, s in conns:
-        ended[i] = "open"
-    print(json.dumps(sorted(ended.values())))
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +40,7 @@ def test_a_slow_flood_from_an_outsider_is_held_to_the_servers_own_threads(
     try:
         own = threading.active_count() - before
         flood = subprocess.Popen(
-            ["/usr/bin/python3", "-c", SLOW_FLOOD, str(port), "400", "40"],
+            ["/usr/bin/python3", "-c", FLOOD, f"tcp:{port}", "400", "40"],
             stdout=subprocess.PIPE,
             text=True,
             cwd="/",

@@ -141,3 +141,35 @@ def test_doctor_names_the_unprivileged_port_and_the_stranger_holding_it(
     assert held["severity"] == "error" and f"held by uid {outsider.uid}" in held["message"]
     assert found[("llm", "unprivileged-port")]["severity"] == "warning"
     assert "below 1024" in found[("llm", "unprivileged-port")]["fix"]
+
+
+def test_an_engine_container_run_as_a_user_is_proven_by_its_own_processes(
+    stage: Stage, outsider: Account
+) -> None:
+    """vLLM as a non-root user (``--user``) on an unprivileged host port: its socket is that
+    user's, like a squatter's would be. The key goes to it because a process in its container
+    (cgroup) holds the socket; the same account outside the container gets nothing."""
+    from sparkwarden.adapters.docker_engine import DockerEngine
+    from sparkwarden.vllm.client import VllmClient
+    from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
+
+    port = free_port()
+    as_outsider = f"{outsider.uid}:{outsider.gid}"
+    llm, _ = stage.llm("llm", "--api-key", SECRET, port=port, network_mode="host", user=as_outsider)
+    wait_healthy(port)
+    docker = DockerEngine()
+    url = f"http://127.0.0.1:{port}"
+    client = VllmClient(url, SECRET, KeyGuard(url, docker_engines(docker, [llm])))
+    try:
+        model = client.served_model()
+        assert model is not None, client.why_no_model
+        assert client.chat(model, timeout=10).ok
+        stage.client.containers.get(llm).stop(timeout=5)
+        with hostile(port, "squat", outsider) as squatter:  # the same uid, in no container
+            outcome = client.chat(model, timeout=10)
+            seen = squatter.requests()
+    finally:
+        client.close()
+        docker.close()
+    assert not outcome.ok and f"held by uid {outsider.uid}" in outcome.detail
+    assert seen == []

@@ -22,7 +22,7 @@ _BEARER = re.compile(r"(Bearer|Basic)\s+[^\s'\"]+", re.IGNORECASE)
 #: Every key this process has read (:func:`remember_secret`): each scrub removes all of them, so
 #: a key an engine or a proxy repeats in its error ("unknown api key sk-...") is never recorded,
 #: whichever client or step the text came through.
-_SECRETS: set[str] = set()
+_SECRETS: frozenset[str] = frozenset()
 
 #: Characters a terminal or a log reader acts on: C0/C1 controls (escape sequences, newlines
 #: that forge a line), format characters (bidi overrides), line and paragraph separators.
@@ -31,8 +31,9 @@ _UNSAFE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
 
 def remember_secret(secret: str | None) -> None:
     """Every later :func:`scrub` in this process removes ``secret``, wherever it appears."""
+    global _SECRETS  # replaced whole, never changed in place: other threads may be scrubbing
     if secret:
-        _SECRETS.add(secret)
+        _SECRETS = _SECRETS | {secret}
 
 
 def inert(text: str) -> str:

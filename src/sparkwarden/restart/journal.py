@@ -140,8 +140,11 @@ class Journal:
                 ) from None
             return
         try:
-            # The mode first: SQLite gives its -wal and -shm files the journal's own mode and owner.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640))
+            # The mode first: SQLite gives its -wal and -shm files the journal's own mode and
+            # owner. Only a new file: closing a descriptor of a journal this process already has
+            # open would drop that connection's POSIX locks (SQLite's one trap).
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
             self._private(self.path, state_dir)
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.row_factory = sqlite3.Row

@@ -8,6 +8,7 @@ stand-ins, one of which the "operator" has paused, then runs ``sparkwarden resta
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,7 @@ def main() -> int:
     finally:
         if not args.keep:
             stage.cleanup()
+            shutil.rmtree(state, ignore_errors=True)  # the config and journal it made
 
 
 if __name__ == "__main__":

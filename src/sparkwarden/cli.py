@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sparkwarden.base.version import version
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -35,10 +37,9 @@ def _positive_int(text: str) -> int:
 
 
 def _reason(text: str) -> str:
-    if not re.fullmatch(r"[\w.:-]{1,64}", text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: use up to 64 letters, digits, '_', '.', ':' or '-'"
-        )
+    """Why, for the journal: plain text like ``hold --reason`` (spaces too), kept short."""
+    if not 1 <= len(text) <= 64 or re.search(r"[\x00-\x1f\x7f-\x9f]", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: up to 64 characters, no control characters")
     return text
 
 
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparkwarden",
         description="Keeps the vLLM engine of a DGX Spark serving: safe restarts, supervision.",
         parents=[common],
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"sparkwarden {version()}", help="and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -209,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _refuse(exc: Exception, code: int) -> int:
+    """One line, never wrapped: it names paths of any length, and operators grep for it."""
     print(f"sparkwarden: {exc}", file=sys.stderr)
     return code
 

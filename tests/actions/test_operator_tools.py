@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
+from sparkwarden.base.version import UNKNOWN, version
 from sparkwarden.config.schema import NotifyTarget
 from sparkwarden.restart.sequence import STEPS
 from sparkwarden.surfaces.webhooks import Event, Webhooks, payload
@@ -279,9 +280,16 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     assert math.isnan(families["sparkwarden_gateway_up"][0].value)  # no [gateway] configured
     assert families["sparkwarden_gave_up"][0].value == 0.0
     assert families["sparkwarden_last_finished_run_ok"][0].value == 1.0  # the crash run's ok
+    # what runs, one version everywhere: the package's metadata (git tags through setuptools-scm)
+    assert families["sparkwarden_build_info"][0].labels == {"version": version()}
+    assert status["daemon"]["version"] == version() != UNKNOWN
+    assert daemon.runs_with("crash")[0]["plan"]["version"] == version()
+    assert f'"version": "{version()}"' in daemon.text()  # run_started, in the log
+    said = run_cli(None, "--version")
+    assert said.returncode == 0 and said.stdout == f"sparkwarden {version()}\n", said
     used = set(families)
-    readme = (ROOT / "README.md").read_text()
-    for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", readme)):  # every metric README names
+    manual = "".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+    for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", manual)):  # every metric the docs name
         assert name.removesuffix("_total") in used, name
     for name in set(re.findall(r"\bsparkwarden_[a-z_]+", ALERTS.read_text())):
         assert name in used, f"alerts.yml uses {name}, which sparkwarden does not export"

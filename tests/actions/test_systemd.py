@@ -30,7 +30,7 @@ import tomli_w
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.actions.install import README_INSTALL
 from tests.actions.test_operator_tools import Receiver
-from tests.kits.commands import ROOT
+from tests.kits.commands import ROOT, docs_text, too_wide
 from tests.kits.daemonkit import wait_for
 from tests.surfaces.test_control import FLOOD
 
@@ -57,8 +57,12 @@ SSH_BUILD = (
 )
 
 
-#: What `pip install ./sparkwarden` needs to build the checkout (pyproject's build-system).
-BUILD = ("setuptools>=68", "wheel")
+#: What `pip install .` needs to build the checkout (pyproject's build-system).
+BUILD = ("setuptools>=77", "setuptools-scm>=8", "wheel")
+#: Where README's install is typed: the checkout (here a copy without .git, as from an archive).
+CHECKOUT = "/root/sparkwarden"
+#: pip finds the wheels built here, as it would find them on PyPI.
+OFFLINE = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/wheels"}
 
 
 def build_rootfs() -> Path:
@@ -199,17 +203,36 @@ class Box:
         self.ran: list[str] = []  # every command, to check README's against
 
     def sh(
-        self, command: str, user: str = "root", env: dict[str, str] | None = None
+        self,
+        command: str,
+        user: str = "root",
+        env: dict[str, str] | None = None,
+        workdir: str = "/root",
     ) -> tuple[int, str]:
+        """Run ``command``; a status/history/doctor/restart text must fit the terminal."""
         self.ran.append(command)
         argv = ["/bin/sh", "-c", command]
         if user != "root":
             argv = ["runuser", "-u", user, "--", *argv]
-        code, out = self.container.exec_run(argv, demux=False, environment=env, workdir="/root")
-        return int(code), out.decode(errors="replace")
+        code, (raw_out, raw_err) = self.container.exec_run(
+            argv, demux=True, environment=env, workdir=workdir
+        )
+        out, err = (
+            (raw_out or b"").decode(errors="replace"),
+            (raw_err or b"").decode(errors="replace"),
+        )
+        wide = too_wide(command.split(), out, err)
+        assert wide == [], f"{command!r}: lines too wide: {wide}"
+        return int(code), out + err
 
-    def ok(self, command: str, user: str = "root", env: dict[str, str] | None = None) -> str:
-        code, out = self.sh(command, user, env)
+    def ok(
+        self,
+        command: str,
+        user: str = "root",
+        env: dict[str, str] | None = None,
+        workdir: str = "/root",
+    ) -> str:
+        code, out = self.sh(command, user, env, workdir)
         assert code == 0, f"{command!r} exited {code}:\n{out}"
         return out
 
@@ -281,8 +304,8 @@ def box(
         # Docker mounts /proc/sys read-only in containers; on a real host it is writable.
         box.ok("mount -o remount,rw,bind /proc/sys")
         box.put_checkout("/root")
-        # README's install line as written; pip finds the wheels built here through PIP_*.
-        box.ok(README_INSTALL, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/wheels"})
+        # README's install line as written, in the checkout; pip finds the wheels built here.
+        box.ok(README_INSTALL, env=OFFLINE, workdir=CHECKOUT)
         # Docker's restart policy, as compose files give it: the daemon takes it over
         llm, port = stage.llm("llm", "--api-key", SECRET, restart_policy={"Name": "unless-stopped"})
         stt = stage.voice("stt")
@@ -329,7 +352,7 @@ def test_install_service_starts_it_only_after_ready(box: Box) -> None:
     assert "keeping the existing /etc/sparkwarden/sparkwarden.toml" in out
     assert f"linking /usr/local/bin/sparkwarden -> {BIN}" in out
     assert box.ok("cat /etc/sparkwarden/sparkwarden.toml") == before  # never overwritten
-    # systemctl start (inside enable --now) returns once READY=1 came: already active.
+    # systemctl restart returns once READY=1 came: already active.
     assert box.show("ActiveState") == "active", box.sh("journalctl -u sparkwarden -o cat")[1]
     assert box.show("Type") == "notify"
     assert time.monotonic() - began < 60
@@ -362,6 +385,8 @@ def test_a_group_member_restarts_through_the_socket_an_outsider_cannot(box: Box)
     assert "by the daemon" in out and "[9/9] resume_voice" in out and "ok:" in out
     runs = box.ok(f"{BIN} history --json")
     assert '"reason": "manual"' in runs and '"result": "ok"' in runs
+    uid = box.ok("id -u alice").strip()
+    assert f"why: requested by alice (uid {uid}, pid " in box.ok(f"{BIN} history")  # who asked
 
     box.ok("cp /etc/sparkwarden/sparkwarden.toml /tmp/bob.toml && chmod 644 /tmp/bob.toml")
     code, out = box.sh(f"{BIN} --config /tmp/bob.toml restart", user="bob")
@@ -392,6 +417,54 @@ def test_the_hardened_unit_rates_at_most_2_5_and_still_does_the_whole_job(
     wait_for("the webhook", lambda: any("crash_recovered" in g["body"] for g in hook.got))
     journal = box.ok("journalctl -u sparkwarden -o cat")
     assert "Operation not permitted" not in journal and SECRET not in journal
+
+
+#: The journal by priority, as docs/notes-26.md gives it ("The journal at 3 a.m.").
+JOURNAL = ("journalctl -u sparkwarden -p err", "journalctl -u sparkwarden -p warning")
+#: Uninstall, as docs/notes-26.md gives it: after the first, the bare name is gone.
+UNINSTALL = (
+    "sparkwarden uninstall-service",
+    "/opt/sparkwarden/bin/sparkwarden uninstall-service --purge",
+)
+
+
+def test_a_gave_up_reaches_journalctl_p_err_and_history(box: Box) -> None:
+    """journald files each line at its level: the errors alone under -p err; a status call is
+    routine (debug, not logged at the daemon's info); history shows the gave-up."""
+    for _ in range(3):
+        box.ok(f"{BIN} status")
+    config = box.ok("cat /etc/sparkwarden/sparkwarden.toml")
+    box.put(
+        "/etc/sparkwarden/sparkwarden.toml",
+        config + '\n[budget]\nmax_runs = 1\nbackoff = "0s"\n',  # the crash run spent it
+        0o600,
+    )
+    box.ok("systemctl restart sparkwarden")
+    try:
+        box.container.client.containers.get(box.llm).kill()  # type: ignore[attr-defined]
+        wait_for(
+            "a gave up at priority err",
+            lambda: "gave_up" in box.ok(JOURNAL[0]),  # as the docs give it
+            timeout=60,
+        )
+        assert "gave_up" in box.ok(JOURNAL[1])
+        errors = box.ok("journalctl -u sparkwarden -p err -o cat").splitlines()
+        assert errors and all(json.loads(line)["level"] == "error" for line in errors), errors
+        routine = box.ok("journalctl -u sparkwarden -o cat")
+        assert '"cmd": "status"' not in routine  # 88 in 15 minutes, once
+        assert '"cmd": "restart"' in routine  # an operator's request still is
+        history = box.ok("sparkwarden history")
+        assert history.startswith("GAVE UP 20") and "restart budget spent" in history, history
+    finally:
+        box.put("/etc/sparkwarden/sparkwarden.toml", config, 0o600)
+        # as install-service left it: the group reads it (members find the socket through it)
+        box.ok("chgrp sparkwarden /etc/sparkwarden/sparkwarden.toml")
+        box.ok("chmod 640 /etc/sparkwarden/sparkwarden.toml")
+        box.ok("systemctl restart sparkwarden")
+        # an operator's run brings the engine back and clears the gave-up; a reason with spaces
+        out = box.ok("sparkwarden restart --reason 'after the gave-up test'")
+    assert "by the daemon" in out and "gateway_probe skipped" in out, out
+    assert "[8/9] gateway_probe skipped" in out
 
 
 def test_a_members_slow_flood_leaves_root_an_answer(box: Box) -> None:
@@ -504,13 +577,69 @@ def test_ssh_spark_sparkwarden_status_as_readme_says(box: Box) -> None:
     assert code == 2 and "Traceback" not in out, out
     assert "cannot read: Permission denied" in out and "group 'sparkwarden'" in out, out
 
+    code, out = box.sh("ssh spark sparkwarden doctor")  # what needs root is said, not failed
+    assert "Traceback" not in out and out.count("not checked without root") == 2, out
+    assert not [line for line in out.splitlines() if line.startswith("ERROR   docker")], out
+    assert not [line for line in out.splitlines() if line.startswith("ERROR   host")], out
+
     box.ok("systemctl stop sparkwarden")
     try:
         code, out = box.sh("ssh spark sparkwarden status")
         assert code == 3, out  # the last snapshot, sound: README's exit 3
         assert out.startswith("sparkwarden: NOT RUNNING; last known state from 20"), out
+        # the journal, read only, with no daemon and no WAL left (once: a readonly database)
+        code, out = box.sh("ssh spark sparkwarden history")
+        assert code == 0 and "crash" in out and "readonly" not in out, out
     finally:
         box.ok("systemctl start sparkwarden")
+
+
+def section_commands(title: str) -> list[str]:
+    """The commands in a section's ```sh blocks, as an operator types them (comments off)."""
+    text = docs_text()
+    assert f"## {title}" in text, f"no section '## {title}' in README.md or docs/*.md"
+    section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    return [
+        line.split("  #", 1)[0].strip()
+        for block in section.split("```sh\n")[1:]
+        for line in block.split("```", 1)[0].splitlines()
+        if line.strip()
+    ]
+
+
+#: The upgrade, as docs/notes-26.md gives it for docs/operating.md ("Upgrade").
+UPGRADE = (
+    "/opt/sparkwarden/bin/pip install .",
+    "sparkwarden install-service",
+    "sparkwarden --version",
+    "sparkwarden status",
+)
+
+
+def test_an_upgrade_as_the_docs_say_restarts_the_daemon_onto_the_new_code(box: Box) -> None:
+    """New code in the checkout (here: the version git would give one commit later), then
+    the docs' sequence: status says which code runs and which is installed until
+    install-service restarts the daemon onto it."""
+    old = box.ok("sparkwarden --version").split()[1]
+    new = f"{old}.post1" if "dev" not in old else old.replace("dev", "dev1")
+    pid = box.show("MainPID")
+    box.ok(UPGRADE[0], env={**OFFLINE, "SETUPTOOLS_SCM_PRETEND_VERSION": new}, workdir=CHECKOUT)
+    code, out = box.sh("sparkwarden status")
+    assert code == 0 and f"{old} runs; {new} is installed" in out.replace("\n             ", " ")
+    out = box.ok(UPGRADE[1])
+    assert f"(re)starting sparkwarden.service on this installation (sparkwarden {new})" in out
+    assert box.show("MainPID") != pid and box.show("ActiveState") == "active"
+    assert box.ok(UPGRADE[2]).strip() == f"sparkwarden {new}"
+    assert f"version:     {new}\n" in box.ok(UPGRADE[3])
+    assert f'"version": "{new}"' in box.ok(f"{BIN} status --json")
+
+
+def test_the_docs_upgrade_is_the_sequence_tested() -> None:
+    """The commands the docs give for an upgrade are the ones the test above ran; so for the
+    uninstall and the journal by priority (the tests below run those)."""
+    assert tuple(section_commands("Upgrade")) == UPGRADE
+    assert tuple(section_commands("Uninstall")) == UNINSTALL
+    assert set(JOURNAL) <= set(section_commands("The journal at 3 a.m."))
 
 
 def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None:
@@ -521,8 +650,8 @@ def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None
     box.ok("systemctl daemon-reload && systemctl restart sparkwarden")
     assert box.show("NRestarts") == "0"
     box.ok(
-        '/opt/sparkwarden/bin/python -c "from pathlib import Path; from sparkwarden import '
-        "control; print(control.call(Path('/run/sparkwarden/control.sock'), "
+        '/opt/sparkwarden/bin/python -c "from pathlib import Path; from sparkwarden.surfaces '
+        "import control; print(control.call(Path('/run/sparkwarden/control.sock'), "
         "{'cmd': 'fault', 'name': 'hang-loop'}))\""
     )
     wait_for("a watchdog restart", lambda: int(box.show("NRestarts")) >= 1, timeout=60)
@@ -564,16 +693,20 @@ def test_systemctl_stop_ends_it_cleanly_and_uninstall_removes_it(box: Box) -> No
 
 def test_every_command_readme_gives_for_the_install_was_run_as_written(box: Box) -> None:
     """README's install section, line by line: each command in its code blocks ran here."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Install on a Spark", 1)[1].split("\n## ", 1)[0]
-    blocks = section.split("```sh\n")[1:]
-    commands = [
-        line.split("  #", 1)[0].strip()
-        for block in blocks
-        for line in block.split("```", 1)[0].splitlines()
-    ]
+    commands = section_commands("Install on a Spark")
     assert len(commands) >= 6
     assert [c for c in commands if c not in box.ran] == []
+
+
+def test_install_on_the_shipped_config_says_no_llm_container_exists(box: Box) -> None:
+    box.ok("rm -rf /etc/sparkwarden")
+    out = box.ok(f"{BIN} install-service")
+    assert "WARNING: llm.containers names vllm-35b, which this Docker engine does not have" in out
+    wait_for("STATUS=", lambda: "no LLM container" in box.show("StatusText"))
+    assert "vllm-35b: no such container" in box.show("StatusText")
+    code, out = box.sh(f"{BIN} status")
+    assert code == 1 and "vllm-35b: no such container" in out, out
+    box.ok(f"{BIN} uninstall-service")
 
 
 def test_install_without_a_config_and_no_start_then_uninstall_purge(box: Box) -> None:
@@ -589,12 +722,17 @@ def test_install_without_a_config_and_no_start_then_uninstall_purge(box: Box) ->
     assert box.ok("systemctl is-enabled sparkwarden").strip() == "enabled"
     assert box.show("ActiveState") == "inactive"  # --no-start: enabled, not started
 
-    out = box.ok(f"{BIN} uninstall-service --purge")
-    assert "removing /etc/sparkwarden" in out
+    out = box.ok(UNINSTALL[0])
+    assert "(the program) (--purge removes them)" in out and "the group 'sparkwarden'" in out
+    assert "nothing to stop or disable" in box.ok(f"{BIN} uninstall-service")  # a second time
+    out = box.ok(UNINSTALL[1])  # after a plain one: once, it failed
+    assert "removing /etc/sparkwarden" in out and "removing /opt/sparkwarden" in out
+    assert "left on purpose: your containers and images" in out
     for path in (
         "/etc/systemd/system/sparkwarden.service",
         "/etc/sparkwarden",
         "/var/lib/sparkwarden",
+        "/opt/sparkwarden",
     ):
         assert box.sh(f"test -e {path}")[0] == 1, path
     assert box.sh("getent group sparkwarden")[0] == 2  # the group is gone too

@@ -234,3 +234,30 @@ def test_api_key_shape_is_checked_without_quoting_the_key() -> None:
         scrub("Authorization: Bearer sk-xyz and more")
         == "Authorization: Bearer [redacted] and more"
     )
+
+
+def _acceptance(**given: object) -> cfg.AcceptanceConfig:
+    base = {"llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:8000"}}
+    return cfg.parse({**base, "acceptance": given}).acceptance
+
+
+def test_a_default_never_makes_a_users_valid_choice_an_error() -> None:
+    """canary_interval = "60s" alone was refused: the default canary_soon (5m) was longer."""
+    alone = _acceptance(canary_interval="60s")
+    assert alone.canary_interval == alone.canary_soon == 60.0
+    soon = _acceptance(canary_soon="1h")  # above the default interval: that one moves up
+    assert soon.canary_soon == soon.canary_interval == 3600.0
+    strict = _acceptance(fraction=0.95)  # above the default recover_fraction 0.9
+    assert strict.fraction == strict.recover_fraction == 0.95
+    assert _acceptance().canary_soon == 300.0  # defaults in order stay as they are
+    with pytest.raises(ConfigError, match="canary_soon must be at most canary_interval"):
+        _acceptance(canary_interval="60s", canary_soon="5m")  # both set, against each other
+    with pytest.raises(ConfigError, match="fraction must be at most recover_fraction"):
+        _acceptance(fraction=0.95, recover_fraction=0.9)
+
+
+def test_the_shipped_config_has_each_comment_block_once() -> None:
+    """The [gateway] block was there twice."""
+    text = SHIPPED.read_text()
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    assert [b for b in blocks if blocks.count(b) > 1] == []

@@ -71,7 +71,7 @@ def test_state_is_private_and_secrets_are_never_written(
         daemon.stop()
     state = tmp_path / "state"
     assert oct(state.stat().st_mode & 0o777) == "0o750"
-    for name in ("journal.sqlite3", "status_text.json"):
+    for name in ("journal.sqlite3", "status.json"):
         assert oct((state / name).stat().st_mode & 0o777) == "0o640"
     written = [*outputs, daemon.text()]
     written += [p.read_bytes().decode(errors="replace") for p in state.iterdir() if p.is_file()]
@@ -95,7 +95,7 @@ def test_the_status_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None
     """A write that fails half-way leaves the previous snapshot, and no stray temp file."""
     from sparkwarden.surfaces import status_text
 
-    path = tmp_path / "status_text.json"
+    path = tmp_path / "status.json"
     status_text.write_atomic(path, {"daemon": {"state": "idle"}})
 
     class Unprintable:
@@ -105,5 +105,5 @@ def test_the_status_file_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None
     with pytest.raises(RuntimeError):
         status_text.write_atomic(path, {"daemon": {"state": "restarting"}, "x": Unprintable()})
     assert status_text.read(path) == {"daemon": {"state": "idle"}}
-    assert [p.name for p in tmp_path.iterdir()] == ["status_text.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
     assert oct(path.stat().st_mode & 0o777) == "0o640"

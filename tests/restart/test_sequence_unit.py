@@ -7,8 +7,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+from structlog.testing import capture_logs
+
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import HandedOver
 from sparkwarden.config.schema import parse
 from sparkwarden.restart import sequence
 from sparkwarden.restart.journal import Journal
@@ -356,3 +360,47 @@ def test_running_requests_on_an_engine_without_shutdown_timeout_are_recorded_cut
     step = _step(parts, "stop_llm")
     assert step.detail["running_at_stop"] == 2 and step.detail["shutdown_timeout"] is None
     assert "2 request(s) running and cut" in step.detail["summary"]
+
+
+class LoadingVllm(FakeVllm):
+    """An engine still loading: the port is not open yet."""
+
+    def health(self, timeout: float = 10.0) -> Health:
+        return Health("down", "connection refused")
+
+
+def test_stopping_mid_boot_hands_the_run_over_and_the_repair_finishes_it(
+    tmp_path: Path,
+) -> None:
+    """An upgrade's SIGTERM while the engine loads: no voice resumed, no verdict recorded; the
+    next daemon's repair proves the engine (health, chat) and only then resumes voice."""
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([90.0]))
+    parts.vllm = LoadingVllm()  # type: ignore[assignment]
+    parts.should_abort = lambda: True
+    with capture_logs() as logged, pytest.raises(HandedOver, match="next sparkwarden finishes"):
+        sequence.restart(config, "manual", parts)
+    assert docker.status["stt"] == "paused" and "unpause stt" not in docker.calls
+    [run] = parts.journal.unfinished()
+    assert run.result == "running" and run.error is None
+    assert {s.name: s.result for s in run.steps}["wait_health"] == "running"
+    assert "run_ended" not in [e["event"] for e in logged]
+
+    parts.vllm, parts.should_abort = FakeVllm(), lambda: False  # type: ignore[assignment]
+    parts.journal.mark_interrupted(run.id, "sparkwarden stopped during this run")
+    resume = Resume.from_plan(run.container, run.plan)
+    assert resume == Resume("llm", ["stt"], llm_stopped=False)
+    calls = len(docker.calls)
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert outcome.ok and docker.calls[calls:] == ["unpause stt"]  # not stopped, not started
+    steps = {s.name: s.result for s in parts.journal.runs(1)[0].steps}
+    assert steps["wait_health"] == steps["chat_probe"] == steps["resume_voice"] == "ok"
+
+
+def test_a_failed_run_ends_at_error_level(tmp_path: Path) -> None:
+    docker = FakeDocker({"llm": "running", "stt": "running"})
+    config, parts = build(tmp_path, docker, FakeHost([10.0]), drop_interval="5s", start_wait="5s")
+    with capture_logs() as logged:
+        assert not sequence.restart(config, "manual", parts).ok
+    [ended] = [e for e in logged if e["event"] == "run_ended"]
+    assert ended["log_level"] == "error" and ended["result"] == "failed"

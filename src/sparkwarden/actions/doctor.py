@@ -15,11 +15,26 @@ from sparkwarden.vllm import doctor_rules, serve_flags
 from sparkwarden.vllm.doctor_rules import Finding, vllm_config_file
 from sparkwarden.vllm.keyguard import Engines, KeyGuard, docker_engines
 
+#: Where the Docker engine listens (a member of group docker may use it; others may not).
+DOCKER_SOCKET = "/var/run/docker.sock"
+
 
 def gather(config: Config) -> list[Finding]:
     total = Host().memory().total_gib
     findings = doctor_rules.check_config(config, total)
-    if not os.access(DROP_CACHES, os.W_OK):
+    root = os.geteuid() == 0
+    if not root:  # a member over SSH: what needs root is said, not reported broken
+        findings.append(
+            Finding(
+                "info",
+                "host",
+                "drop-caches",
+                f"not checked without root: whether {DROP_CACHES} is writable (the daemon, "
+                "root, drops the caches)",
+                "run 'sudo sparkwarden doctor' for the whole check",
+            )
+        )
+    elif not os.access(DROP_CACHES, os.W_OK):
         findings.append(
             Finding(
                 "error",
@@ -58,9 +73,21 @@ def gather(config: Config) -> list[Finding]:
         engines = docker_engines(docker, config.llm.containers)
         findings += _listener("llm", config.llm.base_url, config.llm.api_key_file, engines)
     except SparkwardenError as exc:
-        findings.append(
-            Finding("error", "docker", "engine", str(exc), "start Docker, or check DOCKER_HOST")
-        )
+        theirs = not os.access(DOCKER_SOCKET, os.R_OK | os.W_OK)
+        if not root and theirs and not os.environ.get("DOCKER_HOST"):
+            findings.append(
+                Finding(
+                    "info",
+                    "docker",
+                    "engine",
+                    f"containers not checked without root: {DOCKER_SOCKET} is root's",
+                    "run 'sudo sparkwarden doctor' for the whole check",
+                )
+            )
+        else:
+            findings.append(
+                Finding("error", "docker", "engine", str(exc), "start Docker, or check DOCKER_HOST")
+            )
     finally:
         docker.close()
     if config.gateway is not None:

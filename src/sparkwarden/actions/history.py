@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
+from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import GaveUp, Kept
 from sparkwarden.restart.journal import Journal, RunRecord, iso
+from sparkwarden.restart.step_names import NAME_WIDTH
 from sparkwarden.surfaces.status_text import inert
 
 
@@ -14,11 +16,14 @@ def run(config: Config, as_json: bool, limit: int) -> int:
     journal = Journal(config.state.dir)
     try:
         runs = journal.runs(limit)
+        gave_up = Kept(journal).gave_up()
     finally:
         journal.close()
     if as_json:
         print(json.dumps([r.to_json() for r in runs], indent=2))
         return 0
+    if gave_up is not None:  # no run of its own: the budget refused one; status says it too
+        print(fit_all([inert(line) for line in gave_up_lines(gave_up)]))
     if not runs:
         print("no runs recorded yet")
     for record in runs:
@@ -26,8 +31,15 @@ def run(config: Config, as_json: bool, limit: int) -> int:
     return 0
 
 
+def gave_up_lines(gave_up: GaveUp) -> list[str]:
+    return [
+        f"GAVE UP {gave_up.at}: {gave_up.why} (reason {gave_up.reason})",
+        "    no automatic restart until 'sparkwarden reset'",
+    ]
+
+
 def format_run(record: RunRecord) -> str:
-    """A run in a few lines under 80 columns, for terminals and SSH sessions."""
+    """A run in a few lines within 100 columns, for terminals and SSH sessions."""
     took = f" in {record.duration_s:.1f}s" if record.duration_s is not None else ""
     head = (
         f"#{record.id} {iso(record.started_at)} {record.reason:<10} {record.result}{took}"
@@ -35,13 +47,13 @@ def format_run(record: RunRecord) -> str:
     )
     lines = [head]
     if record.plan.get("why"):
-        lines += textwrap.wrap(
-            f"why: {record.plan['why']}", 78, initial_indent="    ", subsequent_indent="      "
-        )
+        lines.append(f"    why: {record.plan['why']}")
+    if record.plan.get("version"):
+        lines.append(f"    by sparkwarden {record.plan['version']}")
     if record.error:
         lines.append(f"    error: {record.error}")
     for step in record.steps:
         seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else "        "
         summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-        lines.append(f"    {step.name:<13}{step.result:<8}{seconds}  {summary}"[:200])
-    return "\n".join(inert(line) for line in lines)
+        lines.append(f"    {step.name:<{NAME_WIDTH}}{step.result:<8}{seconds}  {summary}")
+    return fit_all([inert(line) for line in lines], indent=" " * (4 + NAME_WIDTH + 2))

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ from typing import Any
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, NoSuchContainer, SparkwardenError
+from sparkwarden.base.version import version
 from sparkwarden.config.locate import DEFAULT_PATH, places, resolve_path
 from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.restart import docker_policy
 from sparkwarden.restart.journal import JOURNAL_FILE, Journal
+from sparkwarden.surfaces.status_text import duration
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
@@ -30,10 +33,10 @@ PACKAGED_EXEC = "/usr/local/bin/sparkwarden"
 #: ``sparkwarden`` reaches this installation (``ssh spark sparkwarden status``).
 LINK = Path(PACKAGED_EXEC)
 GROUP = "sparkwarden"
-#: How README installs it; the ProtectHome refusal says the same.
-README_INSTALL = (
-    "python3 -m venv /opt/sparkwarden && /opt/sparkwarden/bin/pip install ./sparkwarden"
-)
+#: Where README installs it, and so what ``uninstall-service --purge`` may remove.
+PREFIX = Path("/opt/sparkwarden")
+#: How README installs it, typed in the checkout; the ProtectHome refusal says the same.
+README_INSTALL = f"python3 -m venv {PREFIX} && {PREFIX}/bin/pip install ."
 
 
 def packaged(name: str) -> str:
@@ -43,14 +46,16 @@ def packaged(name: str) -> str:
 def executable() -> str:
     """How systemd should start this very installation of sparkwarden."""
     found = shutil.which(sys.argv[0]) or shutil.which("sparkwarden")
+    if found and Path(found).is_symlink():  # the bare name's link: the unit names its target
+        found = str(Path(found).resolve())
     command = str(Path(found).absolute()) if found else f"{sys.executable} -m sparkwarden"
     for real in {Path(found).resolve() if found else None, Path(sys.executable).resolve()}:
         if real is None or not (real.is_relative_to("/root") or real.is_relative_to("/home")):
             continue
         raise SparkwardenError(
             f"sparkwarden runs from {real.parent}, which the unit's ProtectHome=yes "
-            f"hides: install it in /opt from the checkout ({README_INSTALL}) and run "
-            "/opt/sparkwarden/bin/sparkwarden install-service"
+            f"hides: install it in /opt, in the checkout ({README_INSTALL}), and run "
+            f"{PREFIX}/bin/sparkwarden install-service"
         )
     return command
 
@@ -127,15 +132,16 @@ def install(root: Path | None, start: bool) -> int:
     if live and os.geteuid() != 0:
         raise SparkwardenError("install-service must run as root (it writes to /etc)")
     base = root or Path("/")
+    exec_path = executable()  # refusals first: a refused install changes nothing
+    unit_text = render_unit(exec_path)
     if live and _group_id() is None:
         _say(f"creating the system group {GROUP!r} for the control socket")
         _run("groupadd", "--system", GROUP)
     gid = _group_id() if live else None
 
     unit = base / UNIT_DIR.relative_to("/") / UNIT_NAME
-    exec_path = executable()
-    _say(f"writing {unit} (ExecStart={exec_path} ...)")
-    _write(unit, render_unit(exec_path), 0o644)
+    _say(f"writing {unit} (ExecStart={exec_path} ..., sparkwarden {version()})")
+    _write(unit, unit_text, 0o644)
 
     _link(base / LINK.relative_to("/"), exec_path)
 
@@ -154,15 +160,59 @@ def install(root: Path | None, start: bool) -> int:
         _say(f"installed under {base}; systemd not touched")
         return 0
     _run("systemctl", "daemon-reload")
+    _run("systemctl", "enable", UNIT_NAME)
     if start:
-        _run("systemctl", "enable", "--now", UNIT_NAME)
-    else:
-        _run("systemctl", "enable", UNIT_NAME)
+        for warning in before_start(config):
+            _say(f"WARNING: {warning}")
+        # restart, not start: a daemon already running runs the old code until restarted (an
+        # upgrade); one mid-run hands the run to the new one, which finishes it as a repair
+        _say(f"(re)starting {UNIT_NAME} on this installation (sparkwarden {version()})")
+        _run("systemctl", "restart", UNIT_NAME)
     _say(
         "done. Watch it with: systemctl status sparkwarden; journalctl -u sparkwarden -o cat; "
         "sparkwarden status"
     )
     return 0
+
+
+def before_start(config_path: Path) -> list[str]:
+    """What the operator should know before the daemon starts: an LLM container the config
+    names that Docker does not have (the shipped example's), an engine already past
+    ``watch.max_uptime`` (the daemon restarts it at once: a hold chooses the moment)."""
+    from sparkwarden.config.schema import load
+
+    try:
+        config = load(config_path)
+    except SparkwardenError:
+        return []  # the daemon refuses it and says why, in the journal
+    said: list[str] = []
+    docker = DockerEngine(timeout=min(config.docker.timeout, 10.0), retry_for=0.0)
+    try:
+        states = []
+        for name in config.llm.containers:
+            try:
+                states.append(docker.inspect(name))
+            except NoSuchContainer:
+                said.append(
+                    f"llm.containers names {name}, which this Docker engine does not have: "
+                    f"sparkwarden watches nothing until {config_path} names your LLM "
+                    "containers (then: systemctl kill -s HUP sparkwarden)"
+                )
+        limit = config.watch.max_uptime
+        for state in states:
+            up = state.uptime_s(datetime.now(UTC)) if state.up else None
+            if up is not None and limit > 0 and up > limit:
+                said.append(
+                    f"{state.name} has been up {duration(up)}, past watch.max_uptime "
+                    f"{duration(limit)}: the daemon restarts it as soon as it starts (within "
+                    "drain.deadline). To choose the moment, first: sparkwarden hold 2h "
+                    "--reason 'installing', then 'sparkwarden release' when it suits"
+                )
+    except SparkwardenError as exc:
+        said.append(f"could not check the containers: {exc}")
+    finally:
+        docker.close()
+    return said
 
 
 def restore_restart_policies(config_path: str | Path | None) -> None:
@@ -205,14 +255,17 @@ def restore_restart_policies(config_path: str | Path | None) -> None:
 
 
 def uninstall(root: Path | None, purge: bool, config_path: str | Path | None = None) -> int:
-    """Stop, disable and remove the unit, give back Docker's restart policies; config and state
-    stay unless ``purge``."""
+    """Stop, disable and remove the unit, give back Docker's restart policies; config, state,
+    group and program stay unless ``purge``. A second run, or ``--purge`` after a plain one,
+    finishes what is left and says what there was."""
     live = root is None
     if live and os.geteuid() != 0:
         raise SparkwardenError("uninstall-service must run as root")
     base = root or Path("/")
     unit = base / UNIT_DIR.relative_to("/") / UNIT_NAME
-    if live:
+    if not unit.exists():
+        _say(f"no unit at {unit}: nothing to stop or disable")
+    elif live:
         _run("systemctl", "disable", "--now", UNIT_NAME)
     link, linked = base / LINK.relative_to("/"), _exec_start(unit)
     if link.is_symlink() and linked is not None and Path(os.readlink(link)) == linked:
@@ -221,17 +274,35 @@ def uninstall(root: Path | None, purge: bool, config_path: str | Path | None = N
     if unit.exists():
         _say(f"removing {unit}")
         unit.unlink()
-    if live:
-        _run("systemctl", "daemon-reload")
+        if live:
+            _run("systemctl", "daemon-reload")
     restore_restart_policies(config_path)
-    leftovers = [base / DEFAULT_PATH.parent.relative_to("/"), base / "var/lib/sparkwarden"]
-    if purge:
-        for path in leftovers:
-            if path.exists():
-                _say(f"removing {path}")
-                shutil.rmtree(path)
-        if live and _group_id() is not None:
-            _run("groupdel", GROUP)
-    else:
-        _say("kept " + ", ".join(str(p) for p in leftovers if p.exists()) + " (--purge removes)")
+    config_dir = base / DEFAULT_PATH.parent.relative_to("/")
+    state_dir = base / "var/lib/sparkwarden"
+    program = base / PREFIX.relative_to("/")
+    if not purge:
+        kept = [
+            f"{config_dir} (config, secrets)" if config_dir.exists() else "",
+            f"{state_dir} (the journal of runs)" if state_dir.exists() else "",
+            f"the group {GROUP!r}" if live and _group_id() is not None else "",
+            f"{program} (the program)" if program.exists() else "",
+        ]
+        if any(kept):
+            _say("kept " + ", ".join(k for k in kept if k) + " (--purge removes them)")
+        return 0
+    for path in (config_dir, state_dir):
+        if path.exists():
+            _say(f"removing {path}")
+            shutil.rmtree(path)
+        else:
+            _say(f"no {path}: already gone")
+    if live and _group_id() is not None:
+        _run("groupdel", GROUP)
+    _say(
+        "left on purpose: your containers and images, their restart policies (given back as "
+        "they were), and any other sparkwarden installation"
+    )
+    if program.exists():  # last: this very command may run from it
+        _say(f"removing {program} (the program)")
+        shutil.rmtree(program)
     return 0

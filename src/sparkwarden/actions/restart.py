@@ -7,31 +7,40 @@ same lock.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
+from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.config.secrets import require_secrets
 from sparkwarden.restart import sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, StepEvent
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import NAME_WIDTH, STEPS
 from sparkwarden.surfaces import control, control_schema
+
+#: Where a step line's continuation starts: under the step's words ("[6/9] wait_health   ").
+_UNDER = " " * (len(f"[{len(STEPS)}/{len(STEPS)}] ") + NAME_WIDTH)
+
+
+def _say(line: str, indent: str = _UNDER, file: TextIO | None = None) -> None:
+    """One line, wrapped within 100 columns (an SSH terminal), never cut."""
+    print(fit_all([line], indent=indent), file=file or sys.stdout, flush=True)
 
 
 def _line(index: int, name: str, result: str, seconds: float, summary: str) -> str:
-    return f"[{index}/{len(STEPS)}] {name:<13}{result:<8}{seconds:6.1f}s  {summary}"
+    return f"[{index}/{len(STEPS)}] {name:<{NAME_WIDTH}}{result:<8}{seconds:6.1f}s  {summary}"
 
 
 def _print_step(event: StepEvent) -> None:
     if event.phase == "begin":
         if event.summary:  # progress during a long wait
-            print(
-                f"[{event.index}/{len(STEPS)}] {event.name:<13}...     {event.summary}", flush=True
-            )
+            _say(f"[{event.index}/{len(STEPS)}] {event.name:<{NAME_WIDTH}}...     {event.summary}")
         return
-    print(_line(event.index, event.name, event.result, event.duration_s, event.summary), flush=True)
+    _say(_line(event.index, event.name, event.result, event.duration_s, event.summary))
 
 
 def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
@@ -54,7 +63,9 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
                     lock.set_run(event.run_id, reason)
                 _print_step(event)
 
-            outcome = sequence.restart(config, reason, parts, observer=observe)
+            by = control.Peer(os.getpid(), os.getuid(), os.getgid()).who()
+            why = f"run by {by} in the foreground (no daemon)"
+            outcome = sequence.restart(config, reason, parts, observer=observe, why=why)
         return _verdict(outcome.run_id, outcome.ok, outcome.container, outcome.error)
     finally:
         parts.close()
@@ -87,9 +98,9 @@ def _through_daemon(config: Config, reason: str) -> int:
 
 def _verdict(run_id: int, ok: bool, container: str | None, error: str | None) -> int:
     if ok:
-        print(f"run #{run_id} ok: {container} answered a chat request")
+        _say(f"run #{run_id} ok: {container} answered a chat request", "    ")
         return 0
-    print(f"run #{run_id} FAILED: {error}", file=sys.stderr)
+    _say(f"run #{run_id} FAILED: {error}", "    ", sys.stderr)
     return 1
 
 
@@ -99,5 +110,5 @@ def _dry_run(config: Config, parts: Parts, reason: str) -> int:
     parts.journal.end_run(run_id, "dry-run")
     print("sparkwarden restart --dry-run: nothing will be touched. The plan:")
     for index, (name, what) in enumerate(steps, start=1):
-        print(f"[{index}/{len(STEPS)}] {name:<13}{what}")
+        _say(f"[{index}/{len(STEPS)}] {name:<{NAME_WIDTH}}{what}")
     return 0

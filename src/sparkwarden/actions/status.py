@@ -45,6 +45,7 @@ def _offline(where: Places, state: str) -> dict[str, Any]:
         snapshot.setdefault(key, {})
     for key in ("next_restart", "hold", "last_run", "gave_up"):
         snapshot.setdefault(key, None)
+    snapshot["booting"] = None  # nobody is waiting for the engine: the waiter is gone
     return snapshot
 
 

@@ -87,3 +87,10 @@ class StepFailed(SparkwardenError):
         super().__init__(message)
         self.step = step
         self.detail: dict[str, Any] = dict(detail or {})
+
+
+class HandedOver(SparkwardenError):
+    """sparkwarden is stopping (an upgrade, ``systemctl stop``) while the started engine still
+    loads. The run is left open in the journal, voice still paused: resuming voice now would
+    put it beside an engine nobody has proven, and the next sparkwarden finishes the run as a
+    repair (``/health``, the chat probe, then voice)."""

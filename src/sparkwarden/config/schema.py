@@ -287,13 +287,25 @@ class AcceptanceConfig(_Section):
 
     @model_validator(mode="after")
     def _hysteresis(self) -> AcceptanceConfig:
-        if self.recover_fraction < self.fraction:
-            raise ValueError("recover_fraction must be at least fraction (it is the hysteresis)")
-        if self.canary_soon > self.canary_interval:
-            raise ValueError("canary_soon must be at most canary_interval (it is the sooner one)")
+        self._ordered("fraction", "recover_fraction", "it is the hysteresis")
+        self._ordered("canary_soon", "canary_interval", "canary_soon is the sooner one")
         if any(not text.strip() for text in self.canary_prompts.values()):
             raise ValueError("canary_prompts: every prompt needs some text")
         return self
+
+    def _ordered(self, low: str, high: str, why: str) -> None:
+        """``low`` <= ``high``. A default never makes a user's valid choice an error: the one
+        left at its default moves to the value set (canary_interval = "60s" alone brings
+        canary_soon down to 60s); only two values both set against each other are refused."""
+        if getattr(self, low) <= getattr(self, high):
+            return
+        given = self.model_fields_set
+        if low not in given:
+            object.__setattr__(self, low, getattr(self, high))  # frozen: set once, while built
+        elif high not in given:
+            object.__setattr__(self, high, getattr(self, low))
+        else:
+            raise ValueError(f"{low} must be at most {high} ({why})")
 
 
 class DrainConfig(_Section):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import Kept
@@ -23,7 +23,7 @@ from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 
@@ -48,6 +48,8 @@ class Hands:
         self.run_lock = RunLock(config.state.dir)
         #: What a running sequence is doing ("" before its first step); None when none runs.
         self.step: str | None = None
+        #: While a run waits for the started engine: its number, trigger, why, and since when.
+        self.boot: tuple[int, str, str, float] | None = None
 
     def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
         """Do each intent in order; returns a run's result, and whether the journal's facts
@@ -98,6 +100,7 @@ class Hands:
 
         def observe(event: StepEvent) -> None:
             self.step = f"step {event.index} of {len(STEPS)}: {event.name}"
+            self._track_boot(event, reason, why)
             if event.phase == "begin" and event.index == 1:
                 self.run_lock.set_run(event.run_id, reason)
                 if call is not None:
@@ -109,6 +112,8 @@ class Hands:
         outcome = None
         try:
             outcome = sequence.restart(self.config, reason, self.parts, observer=observe, why=why)
+        except HandedOver:
+            return None  # left open, voice paused: the next daemon's repair finishes it
         finally:
             self.run_lock.release()
             self.step = None
@@ -141,9 +146,12 @@ class Hands:
                 # Marked interrupted only once the repair has written what it adopted: a kill
                 # in between leaves a run that still says what to resume.
                 adopted = self._mark_when_adopted(run.id, note, time.time())
-                outcome = sequence.restart(
-                    cfg, "repair", self.parts, observer=adopted, resume=resume
-                )
+                try:
+                    outcome = sequence.restart(
+                        cfg, "repair", self.parts, observer=adopted, resume=resume
+                    )
+                except HandedOver:
+                    break  # stopping again mid-boot: the next daemon repairs this repair
                 log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
             finally:
                 self.run_lock.release()
@@ -151,11 +159,32 @@ class Hands:
                 ended = time.time()
         return ended
 
+    def _track_boot(self, event: StepEvent, reason: str, why: str) -> None:
+        """Note when a run starts waiting for the engine, for status (what a long boot is for)."""
+        if event.name == "wait_health" and event.phase == "begin" and not event.summary:
+            self.boot = (event.run_id, reason, why, time.time())
+        elif event.phase == "end" or event.name != "wait_health":
+            self.boot = None
+
+    def booting(self) -> dict[str, object] | None:
+        """The snapshot's ``booting``: the run waiting for the started engine, and how long."""
+        if self.boot is None or self.step is None:
+            return None
+        run_id, reason, why, since = self.boot
+        return {
+            "run": run_id,
+            "reason": reason,
+            "why": why,
+            "waited_s": round(time.time() - since, 1),
+            "health_timeout_s": self.config.llm.health_timeout,
+        }
+
     def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> Observer:
         """Close the interrupted run as found at ``found_at`` (before the repair began), once
         the repair has written what it adopted."""
 
         def observe(event: StepEvent) -> None:
+            self._track_boot(event, "repair", note)
             if event.phase == "begin" and event.index == 1:
                 self.parts.journal.mark_interrupted(run_id, note, found_at)
 

@@ -41,6 +41,8 @@ class ManualCall:
     """An operator's restart through the socket: its steps are streamed back to the caller."""
 
     reason: str
+    #: who asked, for history ("alice (uid 1001, pid 4242)")
+    by: str = "an operator"
     requested_at: float = field(default_factory=time.time)
     started: threading.Event = field(default_factory=threading.Event)
     run_id: int | None = None
@@ -74,7 +76,10 @@ class ManualCall:
                 "ok": bool(outcome and outcome.ok),
                 "run": self.run_id,
                 "container": outcome.container if outcome else None,
-                "error": outcome.error if outcome else "sparkwarden stopped mid-run",
+                "error": outcome.error
+                if outcome
+                else "sparkwarden stopped mid-run; the next sparkwarden finishes it "
+                "(see 'sparkwarden history')",
             }
         )
 
@@ -127,7 +132,9 @@ class Handlers:
         self.manual_call: ManualCall | None = None
 
     def __call__(self, request: Any, peer: Peer) -> Answer:
-        log.info("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
+        # status is routine (a watch loop asks every few seconds): debug, not the journal's info
+        routine = log.debug if isinstance(request, StatusRequest) else log.info
+        routine("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
         if isinstance(request, StatusRequest):
             return {"ok": True, "status": self.snapshot()}
         if isinstance(request, RestartRequest):
@@ -151,7 +158,7 @@ class Handlers:
         One operator request at a time: a second one, while the first is queued or running,
         is refused at once rather than run after it.
         """
-        call = ManualCall(reason)
+        call = ManualCall(reason, by=peer.who())
         with self.manual_lock:
             queued = self.manual_call
             busy = self.busy() if queued is None else None

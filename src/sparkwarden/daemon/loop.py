@@ -265,7 +265,7 @@ class Daemon:
                 + (f" (run #{last[0].id}, {last[0].reason})" if last else "")
             )
             return
-        ended = self.hands.sequence(call.reason, "requested by an operator", call=call)
+        ended = self.hands.sequence(call.reason, f"requested by {call.by}", call=call)
         if ended is not None:
             self._after_run(ended)
 
@@ -315,5 +315,6 @@ class Daemon:
             self.hands.step,
             self.ready,
             running,
+            self.hands.booting(),
         )
         return self.reporter.publish(snapshot)

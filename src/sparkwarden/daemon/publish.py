@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
+from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind
 from sparkwarden.daemon.gates import budget
@@ -82,6 +83,7 @@ def build(
     step: str | None,
     ready: bool,
     running: bool,
+    booting: dict[str, Any] | None = None,
 ) -> Snapshot:
     now = datetime.now(UTC)
     t = now.timestamp()
@@ -111,6 +113,7 @@ def build(
             ),
             pending=mind.pending.reason if mind.pending else None,
             drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
+            version=version(),
         ),
         llm=LlmView(
             container=active.name if active else None,
@@ -159,6 +162,7 @@ def build(
             if cfg.gateway
             else None
         ),
+        booting=booting if running else None,
     )
 
 
@@ -166,6 +170,8 @@ def status_line(s: Snapshot) -> str:
     """systemd's ``STATUS=``: one line, minutes only so it changes rarely."""
     llm, acc, mem = s.llm, s.acceptance, s.memory
     parts = [s.daemon.state]
+    if not llm.container:  # e.g. the shipped example config's names: say so where systemd shows
+        parts.append(f"no LLM container: {llm.note or 'none of llm.containers found'}")
     if llm.container:
         up = llm.uptime_s
         parts.append(

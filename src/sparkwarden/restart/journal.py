@@ -129,11 +129,7 @@ class Journal:
         if self._theirs():
             # A member of the control group reading root's journal (history): read only.
             try:
-                self._db = sqlite3.connect(
-                    f"file:{self.path}?mode=ro", uri=True, timeout=30.0, isolation_level=None
-                )
-                self._db.row_factory = sqlite3.Row
-                self._db.execute("SELECT 1 FROM runs LIMIT 1")
+                self._db = self._read_only()
             except sqlite3.Error as exc:
                 raise SparkwardenError(
                     f"cannot read the journal {self.path}: {exc} ({MEMBERS_ONLY})"
@@ -164,6 +160,29 @@ class Journal:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(path, 0o640)
             os.chown(path, -1, state_dir.stat().st_gid)
+
+    def _read_only(self) -> sqlite3.Connection:
+        """Root's journal, for a member: with the daemon down SQLite has removed the WAL's
+        shared-memory file and a reader may not create it in root's dir ("attempt to write a
+        readonly database"). With no WAL left, the file is the whole journal and no writer is
+        running: read it as an immutable file."""
+        uri = f"file:{self.path}?mode=ro"
+        try:
+            return self._open(uri)
+        except sqlite3.OperationalError:
+            if Path(f"{self.path}-wal").exists():
+                raise  # a writer's log not yet in the file: an immutable read would miss it
+            return self._open(uri + "&immutable=1")
+
+    def _open(self, uri: str) -> sqlite3.Connection:
+        db = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("SELECT 1 FROM runs LIMIT 1")
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
 
     def _theirs(self) -> bool:
         try:

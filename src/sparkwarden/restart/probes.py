@@ -6,7 +6,7 @@ starts); :mod:`sparkwarden.restart.sequence` calls both in order.
 from __future__ import annotations
 
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.base.errors import StepFailed
+from sparkwarden.base.errors import HandedOver, StepFailed
 from sparkwarden.restart.steps import GATEWAY_TRY, Done, RunState, log
 
 
@@ -40,11 +40,10 @@ class Probes(RunState):
                     },
                 )
             if parts.should_abort():
-                raise StepFailed(
-                    "wait_health",
-                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s "
-                    f"({active.name} is started and keeps loading)",
-                    {"seconds": round(elapsed, 3), "aborted": True},
+                raise HandedOver(
+                    f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; "
+                    f"{active.name} keeps loading and the next sparkwarden finishes this run "
+                    "(/health, the chat probe, then voice)"
                 )
             if parts.monotonic() + llm.poll_interval > deadline:
                 raise StepFailed(

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import choose_active
-from sparkwarden.base.errors import RECORDED, SparkwardenError, StepFailed, scrub
+from sparkwarden.base.errors import RECORDED, HandedOver, SparkwardenError, StepFailed, scrub
+from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import StepResult
 from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume, StepEvent
 from sparkwarden.restart.probes import Probes
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import (
     Done,
     LlmSteps,
@@ -40,18 +42,6 @@ from sparkwarden.restart.steps import (
     name_list,
     stop_timeout,
     voice_to_quiet,
-)
-
-STEPS: Final = (
-    "detect",
-    "pause_voice",
-    "stop_llm",
-    "drop_caches",
-    "start_llm",
-    "wait_health",
-    "chat_probe",
-    "gateway_probe",
-    "resume_voice",
 )
 
 log = logs.get("sparkwarden.sequence")
@@ -81,12 +71,13 @@ def restart(
             orphan.resume_unrecorded(f"the journal could not be written: {exc}")
         raise SparkwardenError(f"the journal could not be written: {exc}") from None
     run = _Run(config, parts, run_id, observer)
-    if why:
-        parts.journal.remember(run.id, why=why)
+    # which code ran it (an upgrade shows in history), and what the trigger measured
+    parts.journal.remember(run.id, version=version(), **({"why": why} if why else {}))
     run.repairing = resume is not None
-    log.info("run_started", run=run.id, reason=reason)
+    log.info("run_started", run=run.id, reason=reason, version=version())
     error: str | None = None
     failed_step: str | None = None
+    handed_over = False
     try:
         if resume:  # before anything can fail: a repair cut short must not forget the list
             run.paused = list(resume.voice_paused)
@@ -105,6 +96,10 @@ def restart(
         run.step("wait_health", lambda: run.wait_health(active))
         run.step("chat_probe", run.chat_probe)
         run.step("gateway_probe", run.gateway_probe)
+    except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
+        handed_over = True
+        log.warning("run_handed_over", run=run.id, reason=reason, why=str(exc))
+        raise
     except SparkwardenError as exc:
         error = scrub(str(exc), keep=RECORDED)
         failed_step = exc.step if isinstance(exc, StepFailed) else None
@@ -115,12 +110,13 @@ def restart(
         log.exception("run_internal_error", run=run.id)
         error = f"internal error: {type(exc).__name__}: {scrub(str(exc), keep=RECORDED)}"
     finally:
-        error = run.finish(error)
+        if not handed_over:
+            error = run.finish(error)
     try:
         parts.journal.end_run(run.id, "failed" if error else "ok", error)
     except _UNRECORDABLE as exc:
         log.error("run_not_recorded", run=run.id, error=str(exc))
-    log.info(
+    (log.error if error else log.info)(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
     )
     container = run.container.name if run.container else None
@@ -150,6 +146,8 @@ class _Run(VoiceSteps, LlmSteps, Probes):
                 self.acted.add(name)
             value, done = produced if isinstance(produced, tuple) else (None, produced)
             self.parts.after_action(name)
+        except HandedOver:
+            raise  # the step stays "running": the repair that finishes the run closes it
         except Exception as exc:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
             said = scrub(str(exc), keep=RECORDED)

@@ -57,6 +57,16 @@ class Peer(NamedTuple):
     uid: int
     gid: int
 
+    def who(self) -> str:
+        """The asker as history names them: "alice (uid 1001, pid 4242)"."""
+        import pwd
+
+        try:
+            name = pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            name = "uid"
+        return f"{name} (uid {self.uid}, pid {self.pid})"
+
 
 def peer_of(conn: socket.socket) -> Peer:
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))

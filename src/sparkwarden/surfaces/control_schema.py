@@ -29,9 +29,9 @@ class RestartRequest(_Request):
     member naming it ``crash`` would spend the budget and forge the record)."""
 
     cmd: Literal["restart"]
-    reason: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^manual(:[\w.:-]+)?$")] = (
-        "manual"
-    )
+    reason: Annotated[
+        str, Field(min_length=1, max_length=71, pattern=r"^manual(:[^\x00-\x1f\x7f-\x9f]+)?$")
+    ] = "manual"
 
 
 class HoldRequest(_Request):

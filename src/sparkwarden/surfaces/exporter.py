@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
 from sparkwarden.restart.journal import RunResult
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.surfaces.snapshot import STATES, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
@@ -39,6 +39,12 @@ class SnapshotCollector(Collector):
         if s is None:
             return
         daemon, llm, mem, acc, budget = s.daemon, s.llm, s.memory, s.acceptance, s.budget
+
+        info = GaugeMetricFamily(
+            "sparkwarden_build_info", "1, labelled with the version it runs", labels=["version"]
+        )
+        info.add_metric([daemon.version], 1.0)
+        yield info
 
         runs = CounterMetricFamily(
             "sparkwarden_runs", "Restart runs by reason and result", labels=["reason", "result"]

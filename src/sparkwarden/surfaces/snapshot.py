@@ -20,9 +20,10 @@ STATES: Final[tuple[State, ...]] = get_args(State)
 class DaemonView:
     running: bool
     pid: int | None
-    state: str  # a State, with the step while restarting ("restarting: step 3 of 8: stop_llm")
+    state: str  # a State, with the step while restarting ("restarting: step 3 of 9: stop_llm")
     pending: str | None
     drain: str | None = None  # what a drain waits for, and why (no request gauges: its deadline)
+    version: str = ""  # the code this daemon runs (an upgrade not restarted onto shows here)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class Snapshot:
     reboot_required: bool = False
     memory_trend: dict[str, Any] | None = None  # the figures behind reboot_required
     gateway: GatewayView | None = None  # the users' path, with a [gateway]
+    #: a run waiting for the started engine: run, reason, why, waited_s, health_timeout_s
+    booting: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

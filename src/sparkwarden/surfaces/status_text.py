@@ -10,11 +10,11 @@ import contextlib
 import json
 import os
 import re
-import textwrap
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
 STATUS_FILE = "status.json"
@@ -125,8 +125,7 @@ def _canary_lines(c: dict[str, Any]) -> list[str]:
         + SOURCES[c.get("own_stats")]
         + (", SUSPICIOUS" if c.get("suspicious") else "")
     )
-    wrapped = textwrap.wrap(c.get("note") or "-", 66)
-    return [head[:79], *(f"             {line}" for line in wrapped[:3])]
+    return [head, f"{INDENT}{c.get('note') or '-'}"]
 
 
 def format_text(s: dict[str, Any]) -> str:
@@ -139,34 +138,41 @@ def format_text(s: dict[str, Any]) -> str:
         state = str(daemon.get("state") or NOT_RUNNING)
         why, _, detail = state.partition(": ")
         head = f"{why.upper()}; last known state from {s.get('written_at') or 'nowhere'}"
-    lines = [f"sparkwarden: {head}"]
+    lines = [f"sparkwarden: {head}", *_version_lines(daemon.get("version"))]
+    boot = s.get("booting")
+    if boot:
+        cause = f": {boot['why']}" if boot.get("why") else ""
+        lines.append(
+            f"booting:     run #{boot['run']} ({boot['reason']}{cause}) waits for the engine: "
+            f"{duration(boot['waited_s'])} of health_timeout {duration(boot['health_timeout_s'])}"
+        )
     if not daemon.get("running") and detail:
-        lines.append(f"             {detail}"[:79])
+        lines.append(f"             {detail}")
     if daemon.get("drain"):
-        lines.append(f"drain:       {daemon['drain']}"[:79])
+        lines.append(f"drain:       {daemon['drain']}")
     if s.get("reboot_required"):
         trend = s.get("memory_trend") or {}
         after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
-        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB"[:79])
+        lines.append(f"REBOOT REQUIRED: MemAvailable after stop+drop {after} GiB")
         lines.append("             no automatic restarts; after the reboot: 'sparkwarden reset'")
     if s.get("gave_up"):
         g = s["gave_up"]
-        lines.append(f"GAVE UP:     {g.get('why')} (reason {g.get('reason')})"[:79])
+        lines.append(f"GAVE UP:     {g.get('why')} (reason {g.get('reason')})")
         lines.append("             run 'sparkwarden reset' when the cause is fixed")
     uptime = f", up {duration(llm.get('uptime_s'))}" if llm.get("uptime_s") is not None else ""
     lines.append(
         f"llm:         {llm.get('container') or '-'} {llm.get('status') or 'unknown'}{uptime}"
     )
     if llm.get("note"):
-        lines.append(f"             {llm['note']}"[:79])
+        lines.append(f"             {llm['note']}")
     lines.extend(_policy_lines(s.get("restart_policy") or {}))
-    lines.append(f"health:      {llm.get('health') or '-'}"[:79])
+    lines.append(f"health:      {llm.get('health') or '-'}")
     if llm.get("last_probe"):
-        lines.append(f"last probe:  {llm['last_probe']}"[:79])
+        lines.append(f"last probe:  {llm['last_probe']}")
     gateway = s.get("gateway")
     if gateway:
         said = gateway.get("last") or "-"
-        lines.append(f"gateway:     {gateway['url']}: {said}"[:79])
+        lines.append(f"gateway:     {gateway['url']}: {said}")
     if acc.get("available") is False:
         lines.append("acceptance:  no spec-decode metrics: trigger off")
     else:
@@ -175,10 +181,10 @@ def format_text(s: dict[str, Any]) -> str:
             f"acceptance:  {_pct(acc.get('current'))} now, baseline {_pct(acc.get('baseline'))}, "
             f"health {'-' if health is None else f'{health:.2f}'}"
         )
-        lines.append(f"             {acc.get('note') or '-'}"[:79])
+        lines.append(f"             {acc.get('note') or '-'}")
         lines += _canary_lines(acc.get("canary") or {})
     for name, why in (s.get("off") or {}).items():
-        lines.append(f"off:         {name}: {why}"[:79])
+        lines.append(f"off:         {name}: {why}")
     lines.append(
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         f" GiB available{' (BELOW FLOOR)' if mem.get('below_floor') else ''}"
@@ -190,10 +196,10 @@ def format_text(s: dict[str, Any]) -> str:
     )
     lines.append(
         f"budget:      {budget.get('used', 0)} of {budget.get('limit', '?')} automatic "
-        f"runs used{' - ' + budget['why'] if budget.get('why') not in (None, 'ok') else ''}"[:79]
+        f"runs used{' - ' + budget['why'] if budget.get('why') not in (None, 'ok') else ''}"
     )
     lines.append(
-        f"hold:        until {local_time(hold['until'])} {hold.get('reason') or ''}"[:79]
+        f"hold:        until {local_time(hold['until'])} {hold.get('reason') or ''}"
         if hold
         else "hold:        none"
     )
@@ -202,19 +208,38 @@ def format_text(s: dict[str, Any]) -> str:
         took = f" in {duration(last.get('duration_s'))}" if last.get("duration_s") else ""
         lines.append(
             f"last run:    #{last['id']} {last['reason']} {last['result']}{took}, "
-            f"{local_time(last.get('started_at'))}"[:79]
+            f"{local_time(last.get('started_at'))}"
         )
         if last.get("error"):
-            lines.append(f"             {last['error']}"[:79])
+            lines.append(f"             {last['error']}")
         steps = [
             f"{st['name']} {st['duration_s'] or 0:.1f}s"
             if st["result"] == "ok"
             else f"{st['name']} {st['result']}"
             for st in last.get("steps", [])
         ]
-        for row in _wrap(steps, 66):
-            lines.append(f"             {row}")
-    return "\n".join(inert(line)[:79] for line in lines)  # escaped, then cut to fit
+        for row in _wrap(steps, WIDTH - len(INDENT)):
+            lines.append(f"{INDENT}{row}")
+    return fit_all([inert(line) for line in lines], WIDTH, INDENT)  # escaped, then wrapped
+
+
+#: Wide enough for any terminal; continuation lines start under the values.
+WIDTH = 79
+INDENT = " " * 13
+
+
+def _version_lines(running: str | None) -> list[str]:
+    """The version the daemon runs, and a word when the installed code is another (an upgrade
+    not yet restarted onto: ``install-service`` restarts it)."""
+    from sparkwarden.base.version import version
+
+    installed = version()
+    if not running or running == installed:
+        return [f"version:     {running or installed}"]
+    return [
+        f"version:     {running} runs; {installed} is installed: run 'sparkwarden "
+        "install-service' to restart onto it"
+    ]
 
 
 def inert(text: str) -> str:
@@ -226,13 +251,13 @@ def inert(text: str) -> str:
 def _policy_lines(policy: dict[str, Any]) -> list[str]:
     """Docker's restart policy: what sparkwarden took over, and, always, what is left at risk."""
     lines = [
-        f"policy:      {name}: Docker's {was!r} taken over, now 'no'"[:79]
+        f"policy:      {name}: Docker's {was!r} taken over, now 'no'"
         for name, was in (policy.get("taken") or {}).items()
         if name not in (policy.get("at_risk") or {})
     ]
     for name, now in (policy.get("at_risk") or {}).items():
         why = "llm.restart_policy = leave" if policy.get("mode") == "leave" else "see the log"
-        lines.append(f"RISK:        {name}: Docker restart policy {now!r}"[:79])
+        lines.append(f"RISK:        {name}: Docker restart policy {now!r}")
         lines.append(f"             restarts a crash into ghost memory ({why})")
     return lines
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import yaml
 
+from sparkwarden.base.columns import fit
 from sparkwarden.base.containers import FIGHTING
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm import serve_flags
@@ -323,8 +324,8 @@ def format_text(findings: list[Finding]) -> str:
         return "sparkwarden doctor: no findings"
     lines = []
     for f in sorted(findings, key=lambda f: (ORDER[f.severity], f.subject, f.check)):
-        lines.append(f"{f.severity.upper():<8}{f.subject}: {f.message}")
-        lines.append(f"{'':<8}fix: {f.fix}")
+        lines += fit(f"{f.severity.upper():<8}{f.subject}: {f.message}", indent=" " * 8)
+        lines += fit(f"{'':<8}fix: {f.fix}", indent=" " * 13)
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
     lines.append(f"sparkwarden doctor: {errors} error(s), {warnings} warning(s)")

@@ -1,0 +1,52 @@
+"""The manual: README a front door of at most ~200 lines, and every link in it and in the
+chapters under docs/ leading somewhere that exists (a file, a folder, or a heading's anchor)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors: each heading lowercased, punctuation dropped, spaces to dashes."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # an outside address: not ours to check here
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
+            broken.append(target)
+    return broken
+
+
+def test_readme_is_a_front_door() -> None:
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= 200, f"README.md has {lines} lines; move detail into a chapter under docs/"
+
+
+def test_every_chapter_is_linked_from_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert [p.name for p in PAGES[1:] if f"(docs/{p.name}" not in readme] == []
+
+
+def test_every_link_leads_somewhere() -> None:
+    assert {p.name: broken_links(p) for p in PAGES if broken_links(p)} == {}
+
+
+def test_a_broken_link_is_seen(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title here\n[ok](#title-here) [gone](nowhere.md) [bad](#no-such)\n")
+    assert broken_links(page) == ["nowhere.md", "#no-such"]

@@ -494,6 +494,51 @@ def test_a_members_slow_flood_leaves_root_an_answer(box: Box) -> None:
     assert code == 0 and out.startswith("sparkwarden: running (pid "), out
 
 
+def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(box: Box) -> None:
+    """Issue 29: 400 drip-fed connections to /metrics from an outsider (carol, in no
+    group) took prometheus_client's thread-per-connection server to TasksMax=256 in ~45 s.
+    Now the daemon's thread count does not rise, root's status answers, every connection is
+    closed."""
+    port = free_port()
+    before_toml = box.ok("cat /etc/sparkwarden/sparkwarden.toml")
+    metrics = f'\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
+    box.put("/etc/sparkwarden/sparkwarden.toml", before_toml + metrics, 0o600)
+    box.ok("systemctl restart sparkwarden")
+    box.ok("id carol >/dev/null 2>&1 || useradd -m -s /bin/bash carol")
+    box.put("/srv/flood.py", FLOOD)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        scrape = f"python3 -c 'import urllib.request as u; u.urlopen(\"{url}\")'"
+        wait_for("/metrics", lambda: box.sh(scrape)[0] == 0, 60)
+        pid = box.show("MainPID")
+
+        def tasks() -> int:  # TasksCurrent needs the pids controller, which this box lacks
+            return int(box.ok(f"awk '/^Threads:/ {{print $2}}' /proc/{pid}/status"))
+
+        before = tasks()
+        ended: list[tuple[int, str]] = []
+        flood = threading.Thread(
+            target=lambda: ended.append(box.sh(f"python3 /srv/flood.py tcp:{port} 400 60", "carol"))
+        )
+        flood.start()
+        peak, asked = before, time.monotonic() + 1
+        while flood.is_alive():
+            peak = max(peak, tasks())
+            if asked and time.monotonic() > asked:  # root's status, mid-flood
+                code, out = box.sh(f"{BIN} status")
+                assert code == 0 and out.startswith("sparkwarden: running (pid "), out
+                asked = 0.0
+        flood.join()
+        assert not asked, "the flood ended before status was asked"
+    finally:
+        box.put("/etc/sparkwarden/sparkwarden.toml", before_toml, 0o600)
+        box.ok("systemctl restart sparkwarden")
+    assert int(box.show("TasksMax")) == 256
+    assert peak <= before + 2, (before, peak)  # a status request's thread, no more
+    outcome = json.loads(ended[0][1])
+    assert len(outcome) == 400 and "open" not in outcome, outcome
+
+
 def test_ssh_spark_sparkwarden_status_as_readme_says(box: Box) -> None:
     """A real sshd on loopback, key auth: a non-interactive session has the default PATH."""
     port = free_port()

@@ -120,3 +120,27 @@ def test_lock_of_a_killed_holder_is_free(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the kernel did not drop a dead holder's lock"
             time.sleep(0.05)
     lock.release()
+
+
+def test_the_journal_side_files_have_the_journals_mode(tmp_path: Path) -> None:
+    """Issue 29: -wal and -shm were 0644 beside a 0640 journal (a common umask, as in tests);
+    they hold the same rows, so they get the journal's mode, and a laxer leftover is fixed."""
+    import sqlite3
+
+    state = tmp_path / "state"
+    old = os.umask(0o022)
+    try:
+        journal = Journal(state)
+        journal.begin_run("manual")
+        sides = [state / f"journal.sqlite3{suffix}" for suffix in ("-wal", "-shm")]
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in [state / "journal.sqlite3", *sides]}
+        assert set(modes.values()) == {"0o640"}, modes
+        for side in sides:
+            side.chmod(0o644)  # as an older sparkwarden left them
+        with sqlite3.connect(state / "journal.sqlite3"):
+            again = Journal(state)
+        assert {oct(p.stat().st_mode & 0o777) for p in sides} == {"0o640"}
+        again.close()
+        journal.close()
+    finally:
+        os.umask(old)

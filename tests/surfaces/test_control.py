@@ -73,7 +73,8 @@ def _status(_request: Any, _peer: Peer) -> dict[str, Any]:
 
 
 #: A member's slow-connection flood: N connections, each sending one byte now and then, never a
-#: whole request; bounded in count and time. Prints how each connection ended.
+#: whole request; bounded in count and time. Prints how each connection ended. The target is a
+#: socket's path, or ``tcp:PORT`` on 127.0.0.1 (the exporter).
 FLOOD = textwrap.dedent(
     """
     import json, socket, sys, time
@@ -81,6 +82,11 @@ FLOOD = textwrap.dedent(
     conns, ended = [], {}
     stop = time.monotonic() + bound
     for i in range(count):
+        if path.startswith("tcp:"):
+            s = socket.create_connection(("127.0.0.1", int(path[4:])), timeout=bound)
+            s.setblocking(False)
+            conns.append((i, s))
+            continue
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setblocking(False)
         while True:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import DROP_CACHES, Host
+from sparkwarden.adapters.listeners import unprivileged_port_start
 from sparkwarden.base.containers import command_line
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
-from sparkwarden.config.schema import Config
+from sparkwarden.config.schema import API_KEY_ENV, GATEWAY_KEY_ENV, Config
 from sparkwarden.vllm import doctor_rules, serve_flags
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.doctor_rules import Finding, vllm_config_file
+from sparkwarden.vllm.keyguard import Engines, KeyGuard, docker_engines
 
 #: Where the Docker engine listens (a member of group docker may use it; others may not).
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -76,6 +79,8 @@ def gather(config: Config) -> list[Finding]:
                     problem,
                     release(config) if running else None,
                 )
+        engines = docker_engines(docker, config.llm.containers)
+        findings += _listener("llm", config.llm.base_url, config.llm.api_key_file, engines)
     except SparkwardenError as exc:
         theirs = not os.access(DOCKER_SOCKET, os.R_OK | os.W_OK)
         if not root and theirs and not os.environ.get("DOCKER_HOST"):
@@ -94,11 +99,28 @@ def gather(config: Config) -> list[Finding]:
             )
     finally:
         docker.close()
+    if config.gateway is not None:
+        gateway = config.gateway
+        findings += _listener("gateway", gateway.url, gateway.api_key_file, lambda: Engines())
     if config.cluster is not None:  # the head: which set-up every node shows, what it lacks
         from sparkwarden.cluster import sequence, setup
 
         findings += setup.check(sequence.look(config), config.cluster.setup)
     return findings
+
+
+def _listener(
+    subject: str, url: str, key_file: object, engines: Callable[[], Engines]
+) -> list[Finding]:
+    """Whether the URL's port is on this host, unprivileged, or held by a stranger now."""
+    guard = KeyGuard(url, engines)
+    if guard.addresses() is None:
+        return []  # another host's port: no local user can sit on it
+    env = API_KEY_ENV if subject == "llm" else GATEWAY_KEY_ENV
+    keyed = key_file is not None or bool(os.environ.get(env))
+    return doctor_rules.check_listener(
+        subject, url, keyed, guard.port, unprivileged_port_start(), guard.refusal()
+    )
 
 
 def release(config: Config) -> str | None:

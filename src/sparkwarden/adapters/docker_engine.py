@@ -16,7 +16,7 @@ import docker.errors
 import requests.exceptions
 
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.base.errors import ContainerError, NoSuchContainer
+from sparkwarden.base.errors import ContainerError, NoSuchContainer, scrub
 
 T = TypeVar("T")
 
@@ -54,12 +54,14 @@ class DockerEngine:
             except docker.errors.APIError as exc:
                 if retried and reached is not None and (landed := reached()) is not None:
                     return landed
-                raise ContainerError(f"{what}: {exc.explanation or exc}") from None
+                raise ContainerError(scrub(f"{what}: {exc.explanation or exc}")) from None
             except requests.exceptions.ReadTimeout:
                 raise ContainerError(f"{what}: Docker did not answer in time") from None
             except _UNREACHABLE as exc:
                 if time.monotonic() + delay > deadline:
-                    raise ContainerError(f"{what}: Docker engine unreachable: {exc}") from None
+                    raise ContainerError(
+                        scrub(f"{what}: Docker engine unreachable: {exc}")
+                    ) from None
                 self._client = None
                 retried = True
                 time.sleep(delay)

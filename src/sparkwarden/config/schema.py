@@ -120,6 +120,8 @@ class LlmConfig(_Section):
 
 #: Where the key comes from when no ``api_key_file`` is set.
 API_KEY_ENV = "SPARKWARDEN_LLM_API_KEY"
+#: Where the gateway's key comes from when no ``gateway.api_key_file`` is set.
+GATEWAY_KEY_ENV = "SPARKWARDEN_GATEWAY_API_KEY"
 
 
 def _http_url(url: str) -> str:
@@ -146,7 +148,7 @@ class GatewayConfig(_Section):
 
     def api_key(self) -> str | None:
         """The gateway's key (e.g. a LiteLLM virtual key), read when needed, never printed."""
-        return read_key(self.api_key_file, "SPARKWARDEN_GATEWAY_API_KEY", "gateway.api_key_file")
+        return read_key(self.api_key_file, GATEWAY_KEY_ENV, "gateway.api_key_file")
 
 
 class VoiceConfig(_Section):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkwarden.base.errors import ConfigError
+from sparkwarden.base.errors import ConfigError, remember_secret
 
 
 def key_problem(text: str) -> str | None:
@@ -33,6 +33,7 @@ def read_key(path: Path | None, env: str, field: str) -> str | None:
         key, source = path.read_text(errors="replace"), str(path)
     if problem := key_problem(key):
         raise ConfigError(f"{field}: {source}: {problem}")
+    remember_secret(key.strip())  # whatever later repeats it (an engine's error) is scrubbed
     return key.strip() or None
 
 

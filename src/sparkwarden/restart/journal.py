@@ -7,6 +7,7 @@ a repair needs to put the box back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -135,17 +136,30 @@ class Journal:
                 ) from None
             return
         try:
+            # The mode first: SQLite gives its -wal and -shm files the journal's own mode and
+            # owner. Only a new file: closing a descriptor of a journal this process already has
+            # open would drop that connection's POSIX locks (SQLite's one trap).
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
+            self._private(self.path, state_dir)
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-            os.chmod(self.path, 0o640)
-            os.chown(self.path, -1, state_dir.stat().st_gid)  # the dir's group reads it
+            for side in ("-wal", "-shm"):  # left by an older sparkwarden with a laxer mode
+                self._private(self.path.with_name(self.path.name + side), state_dir)
         except (sqlite3.Error, PermissionError) as exc:
             raise SparkwardenError(
                 f"cannot open the journal {self.path}: {exc} (it is root's: run as root)"
             ) from None
+
+    @staticmethod
+    def _private(path: Path, state_dir: Path) -> None:
+        """0640 and the state dir's group: members read the journal (history), no one else."""
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(path, 0o640)
+            os.chown(path, -1, state_dir.stat().st_gid)
 
     def _read_only(self) -> sqlite3.Connection:
         """Root's journal, for a member: with the daemon down SQLite has removed the WAL's

@@ -15,6 +15,7 @@ from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal, StepResult
 from sparkwarden.vllm.client import VllmClient
+from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
 
 
 @dataclass
@@ -39,12 +40,17 @@ class Parts:
 
     @classmethod
     def from_config(cls, config: Config) -> Parts:
+        docker = DockerEngine(timeout=config.docker.timeout, retry_for=config.docker.retry_for)
+        engines = docker_engines(docker, config.llm.containers)
         return cls(
-            docker=DockerEngine(timeout=config.docker.timeout, retry_for=config.docker.retry_for),
-            vllm=VllmClient(config.llm.base_url, config.llm.api_key()),
+            docker=docker,
+            vllm=VllmClient(
+                config.llm.base_url, config.llm.api_key(), KeyGuard(config.llm.base_url, engines)
+            ),
             host=Host(),
             journal=Journal(config.state.dir),
             after_action=faults.stall_after_action(),
+            # The gateway's listener is proven by root's ownership or a privileged port only.
             gateway=(
                 VllmClient(config.gateway.url, config.gateway.api_key()) if config.gateway else None
             ),

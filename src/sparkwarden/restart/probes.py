@@ -118,7 +118,9 @@ def prove_chat(
     figures), or StepFailed. The one probe for a single host and a cluster's head."""
     model = llm.model or vllm.served_model()
     if not model:
-        raise StepFailed("chat_probe", "could not learn the served model from /v1/models")
+        raise StepFailed(
+            "chat_probe", f"could not learn the served model from /v1/models: {vllm.why_no_model}"
+        )
     began = monotonic()
     outcome = vllm.chat(model, timeout=llm.probe_timeout)
     seconds = round(monotonic() - began, 3)

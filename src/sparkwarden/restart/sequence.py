@@ -28,7 +28,7 @@ from typing import Any
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import choose_active
-from sparkwarden.base.errors import HandedOver, SparkwardenError, StepFailed, scrub
+from sparkwarden.base.errors import RECORDED, HandedOver, SparkwardenError, StepFailed, scrub
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import StepResult
@@ -106,14 +106,14 @@ def restart(
         log.warning("run_handed_over", run=run.id, reason=reason, why=str(exc))
         raise
     except SparkwardenError as exc:
-        error = scrub(str(exc))
+        error = scrub(str(exc), keep=RECORDED)
         failed_step = exc.step if isinstance(exc, StepFailed) else None
     except _UNRECORDABLE as exc:  # a full or read-only state dir: still resume voice below
         log.error("journal_unwritable", run=run.id, error=str(exc))
         error = f"the journal could not be written: {exc}"
     except Exception as exc:  # a bug must still end with voice resumed and the run recorded
         log.exception("run_internal_error", run=run.id)
-        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
+        error = f"internal error: {type(exc).__name__}: {scrub(str(exc), keep=RECORDED)}"
     finally:
         if not handed_over:
             error = run.finish(error)
@@ -156,7 +156,7 @@ class _Run(VoiceSteps, LlmSteps, Probes):
             raise  # the step stays "running": the repair that finishes the run closes it
         except Exception as exc:
             detail = exc.detail if isinstance(exc, StepFailed) else {}
-            said = scrub(str(exc))
+            said = scrub(str(exc), keep=RECORDED)
             detail = {**detail, "error": said}
             try:
                 duration = self.parts.journal.end_step(step_id, "failed", detail)

@@ -7,12 +7,18 @@ by one Prometheus scraping each host's sparkwarden (packaging/prometheus/).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import queue
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, MetricsHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -248,10 +254,94 @@ def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
 
 
-def serve(listen: str, snapshot: Callable[[], Snapshot | None]) -> Any:
+#: Connections served at once: a scrape takes milliseconds, and Prometheus makes one at a time.
+WORKERS = 2
+#: Connections accepted to wait for a worker; past them a connection is closed at once.
+BACKLOG = 8
+#: The longest one connection is given, idle or drip-fed, from its accept to its answer.
+CLIENT_DEADLINE = 5.0
+
+
+class BoundedMetricsServer(HTTPServer):
+    """``/metrics`` served by a fixed few threads, within the daemon's own task budget.
+
+    prometheus_client's server starts a thread per connection, with no cap and no timeout: a
+    local user's idle half-sent requests took the daemon to its unit's ``TasksMax`` (issue 29).
+    Here :data:`WORKERS` threads serve, :data:`BACKLOG` connections may wait, the rest are closed
+    at once, and a connection still open :data:`CLIENT_DEADLINE` s after its accept is shut.
+    The threads are the server's own: its loop (which also reaps) and its workers.
+    """
+
+    #: The kernel's accept queue: a burst is taken (and closed) at once, not left to retry SYNs.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, handler)
+        self._waiting: queue.Queue[tuple[socket.socket, Any, float] | None] = queue.Queue(BACKLOG)
+        self._open: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"metrics-{n}", daemon=True)
+            for n in range(WORKERS)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Queue the connection for a worker, or close it when the queue is full."""
+        deadline = time.monotonic() + CLIENT_DEADLINE
+        request.settimeout(CLIENT_DEADLINE)
+        with self._lock:
+            self._open[request] = deadline
+        try:
+            self._waiting.put_nowait((request, client_address, deadline))
+        except queue.Full:
+            self._close(request)
+
+    def _work(self) -> None:
+        while (item := self._waiting.get()) is not None:
+            request, client_address, deadline = item
+            try:
+                if time.monotonic() < deadline:
+                    self.finish_request(request, client_address)
+            except OSError:  # the client went, or was shut at its deadline
+                pass
+            finally:
+                self._close(request)
+
+    def service_actions(self) -> None:
+        """Each turn of the serve loop: shut connections past their deadline (a drip-fed
+        request line holds a worker only this long, whatever each read's timeout)."""
+        now = time.monotonic()
+        with self._lock:
+            late = [sock for sock, deadline in self._open.items() if deadline < now]
+        for sock in late:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _close(self, request: socket.socket) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scrape that failed mid-way is the scraper's problem: no traceback in the log."""
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        for _ in self._workers:
+            self._waiting.put(None)
+        self.server_close()
+
+
+def serve(listen: str, snapshot: Callable[[], Snapshot | None]) -> BoundedMetricsServer:
     """Serve /metrics on a loopback address; returns the server (for shutdown)."""
     host, _, port = listen.rpartition(":")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
-    server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    server = BoundedMetricsServer((host.strip("[]"), int(port)), MetricsHandler.factory(registry))
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="metrics", daemon=True
+    ).start()
     return server

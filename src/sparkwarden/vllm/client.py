@@ -9,14 +9,15 @@ pure functions here say what a response means; the client only moves bytes.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
-from sparkwarden.base.errors import scrub
+from sparkwarden.base.errors import remember_secret, scrub
+from sparkwarden.vllm import bodies
+from sparkwarden.vllm.keyguard import KeyGuard, KeyWithheld
 from sparkwarden.vllm.spec_payload import Answer, OwnStats
 
 HealthStatus = Literal["up", "loading", "dead", "no-answer"]
@@ -81,8 +82,8 @@ def own_stats(text: str) -> OwnStats | str | None:
 def _json_object(text: str) -> dict[str, Any]:
     """An answer's JSON object ({} when it is not one)."""
     try:
-        payload = json.loads(text)
-    except ValueError:
+        payload = bodies.loads(text)
+    except bodies.Unreadable:
         return {}
     return payload if isinstance(payload, dict) else {}
 
@@ -103,10 +104,11 @@ def error_message(payload: object) -> str | None:
 
 def interpret_chat(status_code: int, text: str) -> ChatOutcome:
     """Success only for HTTP 200 carrying a well-formed first choice."""
+    unreadable = None
     try:
-        payload = json.loads(text) if text else None
-    except ValueError:
-        payload = None
+        payload = bodies.loads(text) if text else None
+    except bodies.Unreadable as exc:
+        payload, unreadable = None, str(exc)
     message = error_message(payload)
     if status_code != 200:
         reason = message or (text[:200] if text else "empty body")
@@ -114,7 +116,8 @@ def interpret_chat(status_code: int, text: str) -> ChatOutcome:
     if message is not None:
         return ChatOutcome(False, f"HTTP 200 carrying an error: {message}")
     if not isinstance(payload, dict):
-        return ChatOutcome(False, "HTTP 200 but the body is not a JSON object")
+        why = f" ({unreadable})" if unreadable else ""
+        return ChatOutcome(False, f"HTTP 200 but the body is not a JSON object{why}")
     choices = payload.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return ChatOutcome(False, "HTTP 200 but no choices in the answer")
@@ -151,34 +154,71 @@ def first_model(payload: object) -> str | None:
 
 
 class VllmClient:
-    """A thin httpx client; the API key goes in a header and nowhere else."""
+    """A thin httpx client that trusts nothing it is answered.
 
-    def __init__(self, base_url: str, api_key: str | None = None) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    The API key goes only on ``/v1/*`` (the only paths vLLM checks it on; ``/health`` and
+    ``/metrics`` are open), and only once the :class:`KeyGuard` has proven the listener is the
+    engine's. Every answer is read capped and within its timeout, parsed where no failure can
+    escape, and every text taken from it is scrubbed before anyone can record it.
+    """
+
+    def __init__(
+        self, base_url: str, api_key: str | None = None, guard: KeyGuard | None = None
+    ) -> None:
+        remember_secret(api_key)
         self._key = api_key
-        self._http = httpx.Client(base_url=base_url, headers=headers)
+        self._guard = guard if guard is not None else KeyGuard(base_url)
+        # identity: a compressed answer could inflate past any cap before it is counted
+        self._http = httpx.Client(base_url=base_url, headers={"Accept-Encoding": "identity"})
+        #: Why the last :meth:`served_model` learnt nothing (for the probe's message).
+        self.why_no_model = ""
+
+    def _exchange(
+        self, method: str, path: str, timeout: float, cap: int = bodies.JSON_CAP, **kw: Any
+    ) -> bodies.Reply:
+        """One request, its body read whole within ``timeout`` and ``cap``. Raises
+        httpx.HTTPError, :class:`bodies.Unreadable` or :class:`KeyWithheld`."""
+        headers = {}
+        if self._key and path.startswith("/v1/"):
+            if why := self._guard.refusal():
+                raise KeyWithheld(why)
+            headers["Authorization"] = f"Bearer {self._key}"
+        deadline = time.monotonic() + timeout
+        limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        with self._http.stream(method, path, headers=headers, timeout=limits, **kw) as response:
+            return bodies.read(response, cap, deadline)
 
     def health(self, timeout: float = 10.0) -> Health:
         """200: "up" (which a hung engine also says); refused: "loading" (or the server exited
-        after its engine died); any other status (503 from 0.12, an empty 500 on 0.10): "dead"."""
+        after its engine died); any other status (503 from 0.12, an empty 500 on 0.10): "dead".
+        The body is never read: the status says it all."""
         try:
-            response = self._http.get("/health", timeout=timeout)
+            with self._http.stream("GET", "/health", timeout=timeout) as response:
+                status = response.status_code
         except httpx.ConnectError:
             return Health("loading", "connection refused (loading or not started)")
         except httpx.TimeoutException:
             return Health("no-answer", f"no answer within {timeout:g}s")
         except httpx.HTTPError as exc:
             return Health("no-answer", self._said(exc))
-        if response.status_code == 200:
+        if status == 200:
             return Health("up", "HTTP 200")
-        return Health("dead", f"HTTP {response.status_code}")
+        return Health("dead", f"HTTP {status}")
 
     def served_model(self, timeout: float = 30.0) -> str | None:
         try:
-            response = self._http.get("/v1/models", timeout=timeout)
-            return first_model(response.json()) if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
+            reply = self._exchange("GET", "/v1/models", timeout)
+            if reply.status_code != 200:
+                self.why_no_model = f"HTTP {reply.status_code}"
+                return None
+            model = first_model(bodies.loads(reply.text))
+            self.why_no_model = "" if model else "no model in the answer"
+            return model
+        except httpx.HTTPError as exc:
+            self.why_no_model = self._said(exc)
+        except (bodies.Unreadable, KeyWithheld) as exc:
+            self.why_no_model = scrub(str(exc))
+        return None
 
     def version(self, timeout: float = 10.0) -> str | None:
         """Which vLLM release answers (``GET /version``, open like ``/health``): what flags,
@@ -193,49 +233,45 @@ class VllmClient:
         """Whether the engine refuses sparkwarden's API key: ``HTTP 401``/``403`` from
         ``/v1/models`` (vLLM's ``--api-key`` guards ``/v1``); None when accepted or unknown."""
         try:
-            response = self._http.get("/v1/models", timeout=timeout)
-        except httpx.HTTPError:
+            status = self._exchange("GET", "/v1/models", timeout).status_code
+        except (httpx.HTTPError, bodies.Unreadable, KeyWithheld):
             return None
-        return f"HTTP {response.status_code}" if response.status_code in (401, 403) else None
+        return f"HTTP {status}" if status in (401, 403) else None
+
+    def _ask(self, body: dict[str, Any], timeout: float) -> tuple[ChatOutcome, str]:
+        """A chat request's outcome (its words scrubbed) and the answer's raw text."""
+        try:
+            reply = self._exchange("POST", "/v1/chat/completions", timeout, json=body)
+        except httpx.TimeoutException:
+            return ChatOutcome(False, f"no answer within {timeout:g}s"), ""
+        except httpx.HTTPError as exc:
+            return ChatOutcome(False, self._said(exc)), ""
+        except KeyWithheld as exc:
+            return ChatOutcome(False, scrub(str(exc))), ""
+        except bodies.Unreadable as exc:
+            return ChatOutcome(False, scrub(f"unreadable answer: {exc}")), ""
+        outcome = interpret_chat(reply.status_code, reply.text)
+        return ChatOutcome(outcome.ok, scrub(outcome.detail), scrub(outcome.content)), reply.text
 
     def chat(self, model: str, timeout: float) -> ChatOutcome:
-        try:
-            response = self._http.post(
-                "/v1/chat/completions",
-                json=chat_body(model),
-                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            )
-        except httpx.TimeoutException:
-            return ChatOutcome(False, f"no answer within {timeout:g}s")
-        except httpx.HTTPError as exc:
-            return ChatOutcome(False, self._said(exc))
-        return interpret_chat(response.status_code, response.text)
+        return self._ask(chat_body(model), timeout)[0]
 
     def canary(self, model: str, prompt: str, max_tokens: int, seed: int, timeout: float) -> Answer:
         """One drafting-canary request: greedy, seeded, thinking off, bounded, timed."""
         body = chat_body(model, max_tokens=max_tokens, prompt=prompt, seed=seed)
         began = time.monotonic()
-        try:
-            response = self._http.post(
-                "/v1/chat/completions",
-                json=body,
-                timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            )
-        except httpx.HTTPError as exc:
-            return Answer(False, None, time.monotonic() - began, f"{exc!r}")
+        outcome, text = self._ask(body, timeout)
         seconds = time.monotonic() - began
-        outcome = interpret_chat(response.status_code, response.text)
         if not outcome.ok:
             return Answer(False, None, seconds, outcome.detail)
-        text = response.text
         return Answer(True, completion_tokens(text), seconds, "", own_stats(text))
 
     def metrics(self, timeout: float = 10.0) -> str | None:
         try:
-            response = self._http.get("/metrics", timeout=timeout)
-        except httpx.HTTPError:
+            reply = self._exchange("GET", "/metrics", timeout, cap=bodies.METRICS_CAP)
+        except (httpx.HTTPError, bodies.Unreadable):
             return None
-        return response.text if response.status_code == 200 else None
+        return reply.text if reply.status_code == 200 else None
 
     def _said(self, exc: Exception) -> str:
         """An error fit to record: httpx quotes a refused header, key and all."""

@@ -496,3 +496,42 @@ def vllm_config_file(
     if not isinstance(loaded, dict):
         return None, f"{on_host} is not a YAML mapping of flags"
     return loaded, None
+
+
+def check_listener(
+    subject: str, url: str, keyed: bool, port: int, privileged_below: int, refusal: str | None
+) -> list[Finding]:
+    """The port the engine (or the gateway) is reached on, when it is on this host: any local
+    user may bind an unprivileged one while the engine is down or loading, and answer for it.
+    sparkwarden then withholds the key (see :mod:`sparkwarden.vllm.keyguard`): no leak, but the
+    run's probe fails."""
+    found = []
+    if refusal is not None and not refusal.startswith("nothing listens"):
+        found.append(
+            Finding(
+                "error",
+                subject,
+                "listener",
+                f"{url}: {refusal}",
+                f"see who holds it: ss -ltnpe 'sport = :{port}'",
+            )
+        )
+    if port >= privileged_below:
+        found.append(
+            Finding(
+                "warning" if keyed else "info",
+                subject,
+                "unprivileged-port",
+                f"{url} is on an unprivileged port: any local user who binds it first (while "
+                "the engine is down or loading, with --net=host) answers for the engine; "
+                + (
+                    "sparkwarden sends the API key only to a listener owned by root or held "
+                    "by the engine container, so such a squatter fails the run, not gets the key"
+                    if keyed
+                    else "no key is configured, so none can leak"
+                ),
+                f"use a port below {privileged_below} (e.g. vLLM --port 800 with --net=host), "
+                "or publish the port from a bridge network (Docker's root-owned proxy holds it)",
+            )
+        )
+    return found

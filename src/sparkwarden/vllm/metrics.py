@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError, scrub
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -132,7 +132,7 @@ def parse(text: str) -> EngineMetrics:
                     reason = sample.labels.get("reason", "")
                     counts[reason] = counts.get(reason, 0.0) + sample.value
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise MetricsError(f"/metrics is not Prometheus text: {exc}") from None
+        raise MetricsError(scrub(f"/metrics is not Prometheus text: {exc}")) from None
     if not sums and not per_pos:
         if not has_stats(text):
             raise NoStats(NO_STATS)

@@ -6,7 +6,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.evidence.triggers import ExitWatch, judge_die
+from sparkwarden.evidence.triggers import ExitWatch
 from sparkwarden.restart import docker_policy
 from sparkwarden.restart.docker_policy import NO, Policy, PolicyView
 from sparkwarden.surfaces import status_text
@@ -30,34 +30,17 @@ def state(
 # --- a die: crash, operator's stop, or operator's start ------------------------------------------
 
 
-def test_a_die_restarted_by_the_policy_is_a_crash_whether_up_restarting_or_down() -> None:
-    watch = ExitWatch()  # no kill before the die: the engine exited by itself
-    for now in (
-        state(status_="running", policy="unless-stopped", restarts=1),
-        state(status_="restarting", policy="always", restarts=3),  # Docker's backoff
-        state(status_="exited", policy="no"),
-        state(status_="exited", policy="unless-stopped", restarts=2),
-    ):
-        assert judge_die(watch, 50.0, WINDOW, now) == "crash", now
-
-
-def test_an_operators_docker_start_after_a_crash_is_left_alone() -> None:
-    # docker start (and docker restart, compose up) set RestartCount to 0; the policy adds one
-    assert judge_die(ExitWatch(), 50.0, WINDOW, state(restarts=0)) == "operator-started"
-    assert judge_die(ExitWatch(), 50.0, WINDOW, state(status_="paused")) == "operator-started"
-
-
 def test_docker_stop_and_docker_restart_are_an_operators_stop_by_their_sigterm_kill() -> None:
+    """The die's cause from the events before it; whether a policy or an operator brought the
+    engine back (RestartCount) is the reconcile's, tests/daemon/test_reconcile.py."""
     # docker restart: kill (15), die, stop, start, restart; judged at the die
     watch = ExitWatch().on_event("kill", "15", 100.0)
-    assert judge_die(watch, 100.03, WINDOW, state(status_="exited")) == "operator-stop"
-    assert judge_die(watch, 100.03, WINDOW, state(restarts=0)) == "operator-stop"
+    assert watch.classify_die(100.03, WINDOW) == "operator-stop"
     # a SIGTERM long before the die (the clock) is not this die's cause
-    assert judge_die(watch, 100.0 + WINDOW + 1, WINDOW, state(status_="exited")) == "crash"
-    # docker kill (signal 9) is a crash, also when a policy brings it back
-    killed = ExitWatch().on_event("kill", "9", 10.0)
-    assert judge_die(killed, 10.03, WINDOW, state(status_="exited")) == "crash"
-    assert judge_die(killed, 10.03, WINDOW, state(restarts=1)) == "crash"
+    assert watch.classify_die(100.0 + WINDOW + 1, WINDOW) == "crash"
+    # docker kill (signal 9) is a crash; a start clears what the events said
+    assert ExitWatch().on_event("kill", "9", 10.0).classify_die(10.03, WINDOW) == "crash"
+    assert watch.on_event("start", None, 101.0).classify_die(101.5, WINDOW) == "crash"
 
 
 # --- taking the policy over ----------------------------------------------------------------------

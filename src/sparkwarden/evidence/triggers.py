@@ -72,26 +72,6 @@ class ExitWatch:
         return "crash"
 
 
-DieVerdict = Literal["crash", "operator-stop", "operator-started"]
-
-
-def judge_die(watch: ExitWatch, t: float, stop_window: float, now: ContainerState) -> DieVerdict:
-    """What a ``die`` of the active LLM means, given its events before it and the container now.
-
-    A die with no operator's stop before it is a crash even when the container is up again: a
-    restart policy brought it back into the ghost memory, and the safe sequence must still run.
-    Docker's events show that restart and an operator's ``docker start`` alike (one ``start``);
-    its ``RestartCount`` tells them apart: the policy adds one, any start through the API
-    (``docker start``, ``docker restart``) sets it to 0. Only the operator's own start leaves
-    the container alone.
-    """
-    if watch.classify_die(t, stop_window) == "operator-stop":
-        return "operator-stop"
-    if now.up and now.restart_count == 0:
-        return "operator-started"
-    return "crash"
-
-
 # --- unhealthy -----------------------------------------------------------------------------------
 
 

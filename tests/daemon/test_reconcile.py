@@ -61,6 +61,13 @@ FAILED_NOW = (PastRun("crash", "failed", T - 30, T - 5),)
 TABLE = [
     ("serving: nothing to do", beliefs(), (box(),), None, None),
     (
+        "the engine believed in is no longer in llm.containers: not waited for, not started",
+        beliefs(engine=Identity("old-llm", "Z", BOOTED.isoformat())),
+        (),
+        None,
+        "sparkwarden restart",
+    ),
+    (
         "down, not stopped by hand: recover that ID",
         beliefs(),
         (box("exited"),),

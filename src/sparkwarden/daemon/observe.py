@@ -7,7 +7,6 @@ and the chat canary are next due) and the last of each reading, for the status s
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -145,17 +144,20 @@ class Observer:
         cfg = self.config
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
         active, error, states, unreadable = None, "", list[ContainerState](), False
+        missing: list[str] = []  # removed by hand, or a name no container has: not there now
         try:
             for name in cfg.llm.containers:
-                with contextlib.suppress(NoSuchContainer):  # removed by hand: not there now
+                try:
                     states.append(self.parts.docker.inspect(name))
+                except NoSuchContainer as exc:
+                    missing.append(str(exc))
         except SparkwardenError as exc:
             error, unreadable, states = str(exc), True, []
         if not unreadable:
             try:
                 active = choose_active(states, last_container)
             except SparkwardenError as exc:
-                error = str(exc)
+                error = "; ".join(missing) if missing and not states else str(exc)
         memory = self.parts.host.memory()
         return Observation(t, active, error, memory, states=tuple(states), unreadable=unreadable)
 

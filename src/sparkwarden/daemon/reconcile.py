@@ -79,7 +79,8 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
         return Verdict(
             waiting=Waiting(f"one LLM candidate up, not {len(up)} ({names})", "docker stop …")
         )
-    engine = b.engine
+    # an engine believed in that the config no longer names is the operator's business now
+    engine = b.engine if b.engine and b.engine.name in cfg.llm.containers else None
     if up:
         return _up(b, up[0], now)
     if engine is None:

@@ -285,6 +285,9 @@ class Engine:
             str(self.master_port),
             "--collective-timeout",
             "2",
+            # the field's house rule: without it doctor (rightly) says vLLM's default is too much
+            "--gpu-memory-utilization",
+            "0.8",
         ]
         worker = kit.node("w1")
         worker_args = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
@@ -363,7 +366,7 @@ class LauncherEngine(Engine):
         self.head, self.worker = f"swt-{tag}-node0", f"swt-{tag}-node1"
         rank = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
         rank += ["--nnodes", "2", "--master-port", str(self.master_port)]
-        rank += ["--collective-timeout", "2"]
+        rank += ["--collective-timeout", "2", "--gpu-memory-utilization", "0.8"]
         worker = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
         self.script = tmp_path / "launch-cluster.sh"
         self.script.write_text(

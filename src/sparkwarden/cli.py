@@ -141,13 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     c_restart.add_argument(
         "--reason", default="manual", type=_reason, help="why, for the journal (default manual)"
     )
-    c_watch = verbs.add_parser(
-        "watch", help="look every INTERVAL; restart the cluster as one on a crash", parents=[common]
-    )
-    c_watch.add_argument("--interval", type=_duration, default=30.0, help="default 30s")
-    c_watch.add_argument(
-        "--confirm", type=_positive_int, default=2, help="crashed looks in a row to act (2)"
-    )
     for verb, text in (
         ("status", "every node's engine, memory and reachability; exit 0 only when serving"),
         ("preflight", "what a restart checks first, touching nothing"),
@@ -243,8 +236,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cluster_action.restart(config, args.reason)
             if args.cluster_verb == "status":
                 return cluster_action.status(config, as_json=args.json)
-            if args.cluster_verb == "watch":
-                return cluster_action.watch(config, args.interval, args.confirm)
             return cluster_action.preflight(config, as_json=args.json)
         if args.command == "doctor":
             from sparkwarden.actions import doctor as doctor_action

@@ -27,7 +27,7 @@ TWO = {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "b", "ssh": "b", "engi
 def make_config(tmp_path: Path, **cluster: Any) -> Config:
     return parse(
         {
-            "llm": {"containers": ["llm"], "base_url": "http://127.0.0.1:8000"},
+            "llm": {"containers": ["vllm-head"], "base_url": "http://127.0.0.1:8000"},
             "state": {"dir": str(tmp_path / "state")},
             "cluster": {
                 "nodes": [
@@ -363,6 +363,9 @@ def test_answers_read_from_exit_code_and_json_line() -> None:
             'launcher is only read with setup = "launcher"',
         ),
         ({**TWO, "setup": "ray"}, "cluster.setup"),
+        # the daemon on the head watches llm.containers: the head's engine must be among them
+        ({**TWO}, r"the head's engine \(x, in the first \[\[cluster.nodes\]\]\) must be in"),
+        ({**TWO, "confirm": 0}, "cluster.confirm"),
     ],
 )
 def test_bad_cluster_config_named(tmp_path: Path, cluster: dict[str, Any], message: str) -> None:
@@ -408,16 +411,54 @@ def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
     assert re.search(r"^    workers_running +ok +\d", text, re.MULTILINE), text
 
 
-def test_watch_restarts_a_crash_seen_twice_in_a_row_within_budget() -> None:
-    from sparkwarden.cluster.watch import decide
+def test_a_dead_rank_seen_twice_in_a_row_wants_the_cluster_restarted() -> None:
+    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.watch import Look, Watch, observe
 
-    def act(looks: list[Any], runs: list[float], now: float = 1000.0) -> str:
-        return decide(looks, runs, now, confirm=2, max_runs=2, window=600.0).action
+    def looks(*states: str, unreachable: tuple[str, ...] = ()) -> list[Any]:
+        watch, seen = Watch(), []
+        for t, state in enumerate(states):
+            verdict = Verdict(state, f"{state} summary", {"w1": "unreachable: timed out"})  # type: ignore[arg-type]
+            got = observe(watch, Look(float(t), verdict, unreachable), confirm=2)
+            watch = got.watch
+            seen.append(got)
+        return seen
 
-    assert act(["serving", "crashed"], []) == "wait"  # once may be a rank mid-restart
-    assert act(["crashed", "crashed"], []) == "restart"
-    assert act(["head-down", "head-down"], []) == "restart"
-    assert act(["crashed", "unknown"], []) == "wait"  # an unreachable node is never guessed
-    assert act(["down", "down"], []) == "wait"  # stopped by someone, or a run failed already
-    assert act(["crashed", "crashed"], [900.0, 950.0]) == "give-up"  # budget spent
-    assert act(["crashed", "crashed"], [100.0, 950.0]) == "restart"  # the old one has aged out
+    def restarts(*states: str) -> list[bool]:
+        return [s.restart is not None for s in looks(*states)]
+
+    assert restarts("serving", "crashed") == [False, False]  # once may be a rank mid-restart
+    assert restarts("crashed", "crashed") == [False, True]
+    assert restarts("head-down", "crashed") == [False, True]  # both mended only by a restart
+    assert restarts("crashed", "unknown", "crashed") == [False] * 3  # never guessed
+    assert restarts("down", "down", "down") == [False] * 3  # stopped by someone: the head's own
+    # after it asked, the streak starts again: no second restart from the same two looks
+    assert restarts("crashed", "crashed", "crashed") == [False, True, False]
+    said = looks("crashed", "crashed")[1].restart
+    assert said == "cluster crashed on 2 looks in a row: crashed summary"
+    # a node that stops answering is told once, and again when it is back
+    seen = looks("unknown", "unknown", unreachable=("w1",))
+    assert [s.lost for s in seen] == [("w1",), ()]
+
+
+def test_the_daemon_on_the_head_wants_a_restart_and_names_the_lost_node(tmp_path: Path) -> None:
+    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.watch import Look
+    from sparkwarden.daemon import decide
+    from sparkwarden.daemon import intents as do
+
+    config = make_config(tmp_path)
+    crashed = Verdict("crashed", "the engine on w1 is down", {})
+    mind, said = decide.on_cluster(decide.Mind(), Look(10.0, crashed), config)
+    assert mind.pending is None and said == []
+    mind, said = decide.on_cluster(mind, Look(20.0, crashed), config)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    assert "the engine on w1 is down" in mind.pending.why
+    # a look taken before the last run ended says nothing of the cluster that run left
+    old = decide.Mind(last_run_end=30.0)
+    assert decide.on_cluster(old, Look(25.0, crashed), config) == (old, [])
+    lost = Verdict("unknown", "no answer from w1", {"w1": "unreachable: ssh timed out"})
+    mind, said = decide.on_cluster(decide.Mind(), Look(40.0, lost, ("w1",)), config)
+    notes = [i for i in said if isinstance(i, do.Notify)]
+    assert [(n.kind, n.subject) for n in notes] == [("node_unreachable", "w1")]
+    assert mind.pending is None  # an unreachable node is reported, never acted on

@@ -269,22 +269,30 @@ def run_record(result: str, started: float, ended: float | None, **plan: float) 
 
 
 @pytest.mark.parametrize(
-    ("runs", "t", "theirs"),
+    ("runs", "action", "t", "theirs"),
     [
-        ((run_record("ok", T, T + 60),), T + 30, False),  # within a finished run: ours
-        ((run_record("ok", T, T + 60),), T + 61, True),
+        ((run_record("ok", T, T + 60),), "die", T + 30, False),  # within a finished run: ours
+        ((run_record("ok", T, T + 60),), "die", T + 61, True),
         # cut short by a kill: its docker stop goes on for the stop window, no longer
-        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 20, False),
-        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), T + 300, True),
-        ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), T + 203, False),
-        ((), T, True),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), "die", T + 20, False),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), "die", T + 300, True),
+        ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), "start", T + 203, False),
+        # an operator's stop before the run's own (killed at pause_voice): theirs
+        ((run_record("interrupted", T, T + 900),), "kill", T + 2, True),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), "kill", T + 3, True),
+        ((run_record("running", T, None, llm_stopped_at=T + 5),), "kill", T + 3, True),
+        ((run_record("running", T, None, llm_stopped_at=T + 5),), "kill", T + 6, False),
+        # ... or just after the run's start (a start brings no kill), or a start during its stop
+        ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), "kill", T + 201, True),
+        ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), "start", T + 6, True),
+        ((), "die", T, True),
     ],
 )
 def test_a_runs_own_stop_and_start_are_told_by_its_journal_window(
-    runs: tuple[RunRecord, ...], t: float, theirs: bool
+    runs: tuple[RunRecord, ...], action: str, t: float, theirs: bool
 ) -> None:
-    assert decide.ours("vllm", t, runs, stop_window=25.0) is not theirs
-    assert not decide.ours("other", t, runs, stop_window=25.0)
+    assert decide.ours("vllm", action, t, runs, stop_window=25.0) is not theirs
+    assert not decide.ours("other", action, t, runs, stop_window=25.0)
 
 
 def test_an_event_in_a_runs_window_is_not_an_operators_stop() -> None:

@@ -320,7 +320,12 @@ class Engine:
             [self.head],
             self.port,
             [],
-            cluster={"nodes": nodes, "ssh_config": str(kit.ssh_config), "connect_timeout": "3s"},
+            cluster={
+                "nodes": nodes,
+                "ssh_config": str(kit.ssh_config),
+                "connect_timeout": "3s",
+                **sections.pop("cluster", {}),
+            },
             **sections,
         )
 

@@ -260,7 +260,7 @@ def test_resume_from_an_interrupted_runs_plan() -> None:
     assert Resume.from_plan(None, plan) == Resume("llm", ["stt"], True)
     assert Resume.from_plan("a", {}) == Resume("a", [], False)
     assert Resume.from_plan(None, {**plan, "llm_started": True}) == Resume(
-        "llm", ["stt"], False
+        "llm", ["stt"], False, llm_started=True
     )  # the stop had finished and the start was sent: a running LLM is the one it started
     assert Resume.from_plan(None, {}) is None  # cut short before touching anything
     assert Resume.from_plan(None, {"voice_paused": ["stt"]}) == Resume(None, ["stt"])
@@ -390,7 +390,7 @@ def test_stopping_mid_boot_hands_the_run_over_and_the_repair_finishes_it(
     parts.vllm, parts.should_abort = FakeVllm(), lambda: False  # type: ignore[assignment]
     parts.journal.mark_interrupted(run.id, "sparkwarden stopped during this run")
     resume = Resume.from_plan(run.container, run.plan)
-    assert resume == Resume("llm", ["stt"], llm_stopped=False)
+    assert resume == Resume("llm", ["stt"], llm_stopped=False, llm_started=True)
     calls = len(docker.calls)
     outcome = sequence.restart(config, "repair", parts, resume=resume)
     assert outcome.ok and docker.calls[calls:] == ["unpause stt"]  # not stopped, not started

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import time
 
 from sparkwarden.base import faults
 from sparkwarden.base.errors import LockBusy, SparkwardenError
-from sparkwarden.cluster import watch as watch_mod
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.cluster.sequence import (
     STEPS,
@@ -19,8 +16,8 @@ from sparkwarden.cluster.sequence import (
     look,
     restart_cluster,
 )
-from sparkwarden.cluster.verdict import ClusterState, describe, judge, preflight_problems
 from sparkwarden.cluster.verdict import as_json as cluster_json
+from sparkwarden.cluster.verdict import describe, judge, preflight_problems
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.lock import RunLock
@@ -116,31 +113,3 @@ def _head_health(config: Config) -> Health:
         return vllm.health(timeout=config.health.timeout)
     finally:
         vllm.close()
-
-
-def watch(config: Config, interval: float, confirm: int) -> int:
-    """Look at every node each ``interval``; restart the cluster as one when a crash is seen on
-    ``confirm`` looks in a row, within ``[budget]`` (runs with reason ``cluster-crash``). Runs
-    until stopped; one line per look."""
-    looks: list[ClusterState] = []
-    # SIGTERM (systemd's stop) ends the loop through the finally blocks: voice resumed by a run
-    # in progress, the shared SSH connections closed.
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(0))
-    while True:
-        verdict = judge(look(config), _head_health(config).status)
-        looks = [*looks, verdict.state][-max(confirm, 1) :]
-        now = time.time()
-        journal = Journal(config.state.dir)
-        try:
-            since = journal.past_runs(now - config.budget.window)
-        finally:
-            journal.close()
-        started = [run[2] for run in since if run[0] == watch_mod.REASON]
-        budget = config.budget
-        decision = watch_mod.decide(looks, started, now, confirm, budget.max_runs, budget.window)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        print(f"{stamp} {verdict.state}: {verdict.summary} -> {decision.why}", flush=True)
-        if decision.action == "restart":
-            restart(config, watch_mod.REASON)
-            looks = []
-        time.sleep(interval)

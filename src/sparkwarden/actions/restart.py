@@ -31,16 +31,17 @@ def _say(line: str, indent: str = _UNDER, file: TextIO | None = None) -> None:
     print(fit_all([line], indent=indent), file=file or sys.stdout, flush=True)
 
 
-def _line(index: int, name: str, result: str, seconds: float, summary: str) -> str:
-    return f"[{index}/{len(STEPS)}] {name:<{NAME_WIDTH}}{result:<8}{seconds:6.1f}s  {summary}"
+def _line(event: StepEvent) -> str:
+    head = f"[{event.index}/{event.total}] {event.name:<{NAME_WIDTH}}"
+    return f"{head}{event.result:<8}{event.duration_s:6.1f}s  {event.summary}"
 
 
 def _print_step(event: StepEvent) -> None:
     if event.phase == "begin":
         if event.summary:  # progress during a long wait
-            _say(f"[{event.index}/{len(STEPS)}] {event.name:<{NAME_WIDTH}}...     {event.summary}")
+            _say(f"[{event.index}/{event.total}] {event.name:<{NAME_WIDTH}}...     {event.summary}")
         return
-    _say(_line(event.index, event.name, event.result, event.duration_s, event.summary))
+    _say(_line(event))
 
 
 def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
@@ -49,6 +50,10 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
             return _through_daemon(config, reason)
         except control.DaemonUnavailable:
             pass
+        if config.cluster is not None:  # a cluster's head: never one rank alone
+            from sparkwarden.actions import cluster
+
+            return cluster.restart(config, reason)
     require_secrets(config, source)  # run here, the sequence reads the API key itself
     parts = Parts.from_config(config)
     try:
@@ -88,6 +93,7 @@ def _through_daemon(config: Config, reason: str) -> int:
                 k: answer[k]
                 for k in ("phase", "name", "index", "run_id", "result", "summary", "duration_s")
             }
+            fields["total"] = answer.get("total", len(STEPS))  # an older daemon: a host's run
             _print_step(StepEvent(**fields))
         elif answer.get("event") == "done":
             return _verdict(

@@ -13,6 +13,7 @@ Notice = Literal[
     "reboot_required",
     "policy_taken_over",
     "gateway_failed",
+    "node_unreachable",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
@@ -24,4 +25,5 @@ TITLES: Final[dict[Notice, str]] = {
     "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
     "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
+    "node_unreachable": "sparkwarden: a node of the cluster does not answer the head",
 }

@@ -90,6 +90,7 @@ class StepLine:
     result: str
     summary: str
     seconds: float
+    run_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class ClusterOutcome:
     failed_step: str | None = None
     #: the preflight's views, for the caller that wants to show them
     views: list[NodeView] = field(default_factory=list)
+    #: the nodes it failed on (a node that did not answer, or whose memory never came back)
+    nodes: tuple[str, ...] = ()
 
 
 def fan_out(
@@ -170,6 +173,22 @@ def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
     return left
 
 
+def resume_left(
+    config: Config, link: Link, left: dict[str, list[str]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Resume, on each node, the voice cut cluster runs left paused (``left``, from
+    :func:`left_paused`): (answers, failures by node)."""
+    cluster = _cluster(config)
+    by_name = {node.name: node for node in cluster.nodes}
+
+    def resume(node: ClusterNode) -> dict[str, Any]:
+        bound = config.docker.timeout * len(left[node.name])
+        params = Params(voice=left[node.name])
+        return link.call(node, "resume", params, bound + cluster.connect_timeout + CALL_MARGIN)
+
+    return fan_out([by_name[n] for n in left if n in by_name and left[n]], resume)
+
+
 def _cluster(config: Config) -> Any:
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
@@ -195,24 +214,38 @@ def restart_cluster(
     log.info("cluster_run_started", run=run.id, reason=reason)
     error: str | None = None
     failed: str | None = None
+    nodes: set[str] = set()  # the nodes it failed on
+
+    # The head's own stop and start, written before they are made: the daemon on the head
+    # tells its engine's events from an operator's by them (``decide.ours``), as for a
+    # single-host run.
+    def head_acts(key: str) -> None:
+        parts.journal.remember(run.id, **{key: time.time()})
+
     try:
         run.step("preflight", run.preflight)
+        engine = run.head.engine[0]
+        parts.journal.set_container(run.id, engine, run.ids.get(run.head.name, {}).get(engine))
         run.step("pause_voice", run.pause_voice)
+        head_acts("llm_stopped_at")
         run.step("stop_head", lambda: run.stop([run.head]))
         run.step("stop_workers", lambda: run.stop(run.workers))
         run.step("confirm_stopped", run.confirm_stopped)
         run.step("drop_caches", run.drop_caches)
         if run.cluster.setup == "launcher":
+            head_acts("llm_started_at")  # the launcher starts the head too
             run.step("start_workers", run.launch)
             run.step("start_head", run.launched)
         else:
             run.step("start_workers", lambda: run.start(run.workers))
+            head_acts("llm_started_at")
             run.step("start_head", lambda: run.start([run.head]))
         run.step("wait_health", run.wait_health)
         run.step("chat_probe", run.chat_probe)
         run.step("workers_running", run.workers_running)
     except StepFailed as exc:
         error, failed = scrub(str(exc)), exc.step
+        nodes = {*nodes, *dict(exc.detail.get("failed") or {})}
     except SparkwardenError as exc:
         error = scrub(str(exc))
     except Exception as exc:  # a bug must still end with voice resumed and the run recorded
@@ -228,7 +261,9 @@ def restart_cluster(
             error = f"{error}; {exc}" if error else str(exc)
     parts.journal.end_run(run.id, "failed" if error else "ok", error)
     log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
-    return ClusterOutcome(run.id, error is None, error, failed, run.views)
+    if error:
+        nodes |= {*run.lost, *(v.name for v in run.views if not v.reachable)}
+    return ClusterOutcome(run.id, error is None, error, failed, run.views, tuple(sorted(nodes)))
 
 
 class _ClusterRun:
@@ -271,7 +306,7 @@ class _ClusterRun:
         self._tell(name, result, summary, 0.0)
 
     def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
-        self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds))
+        self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds, self.id))
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
         """One verb on one node; a node that did not answer once in this run is not tried

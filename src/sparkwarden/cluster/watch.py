@@ -1,60 +1,67 @@
-"""When the head restarts the cluster by itself: a pure decision over its recent looks.
+"""When the head restarts the cluster by itself: a pure judgement over its recent looks.
 
 A worker's engine gone (``crashed``) or the head's gone with ranks left running (``head-down``)
 can only be mended by restarting the whole cluster; seen on ``confirm`` looks in a row (one look
-can catch a rank mid-restart) and within the restart budget, the answer is to restart. A node
-that does not answer (``unknown``) is reported, never acted on: nothing is guessed. ``down``
-(no engine anywhere) is left alone: an operator stopped it, or a run already failed naming why.
+can catch a rank mid-restart), the daemon on the head wants a restart, which its gates (hold,
+budget, backoff, a container stopped by hand) still let through or not. A node that does not
+answer (``unknown``) is reported, once, never acted on: nothing is guessed. ``down`` (no engine
+anywhere) is left to the head's own reconcile: an operator stopped it, or a run failed naming why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
 
-from sparkwarden.cluster.verdict import ClusterState
+from sparkwarden.cluster.verdict import ClusterState, Verdict
 
 #: The states only a restart of the whole cluster mends.
 MENDED_BY_RESTART: frozenset[ClusterState] = frozenset({"crashed", "head-down"})
-#: The reason automatic cluster runs carry in the journal (the budget counts these).
-REASON = "cluster-crash"
 
 
 @dataclass(frozen=True)
-class Decision:
-    action: Literal["restart", "wait", "give-up"]
-    why: str
+class Look:
+    """One look at every node from the head: the verdict, and the nodes that did not answer."""
+
+    t: float
+    verdict: Verdict
+    unreachable: tuple[str, ...] = ()
 
 
-def decide(
-    looks: list[ClusterState],
-    runs_started: list[float],
-    now: float,
-    confirm: int,
-    max_runs: int,
-    window: float,
-) -> Decision:
-    """``looks``: the states seen, oldest first; ``runs_started``: when this watch's automatic
-    cluster runs began (Unix time)."""
-    if not looks or looks[-1] not in MENDED_BY_RESTART:
-        return Decision("wait", f"cluster {looks[-1] if looks else 'not seen yet'}")
-    recent = looks[-confirm:]
-    if len(recent) < confirm or any(state not in MENDED_BY_RESTART for state in recent):
-        return Decision("wait", f"{looks[-1]}: seen {_streak(looks)} of {confirm} looks in a row")
-    spent = [t for t in runs_started if now - t < window]
-    if len(spent) >= max_runs:
-        return Decision(
-            "give-up",
-            f"{looks[-1]}, but {len(spent)} cluster restarts in the last {window:g}s already: "
-            "a restart loop can hang the boxes; left to an operator",
-        )
-    return Decision("restart", f"{looks[-1]} on {confirm} looks in a row")
+@dataclass(frozen=True)
+class Watch:
+    """What the head carries from one look to the next."""
+
+    #: looks in a row that saw a dead rank
+    streak: int = 0
+    last: Look | None = None
 
 
-def _streak(looks: list[ClusterState]) -> int:
-    count = 0
-    for state in reversed(looks):
-        if state not in MENDED_BY_RESTART:
-            break
-        count += 1
-    return count
+@dataclass(frozen=True)
+class Seen:
+    watch: Watch
+    #: why the cluster must be restarted as one now; None: not (yet)
+    restart: str | None
+    #: nodes that stopped answering at this look, and those answering again
+    lost: tuple[str, ...] = ()
+    back: tuple[str, ...] = ()
+
+
+def observe(watch: Watch, look: Look, confirm: int) -> Seen:
+    """Fold one look into the watch: a restart once a dead rank is seen ``confirm`` looks in a
+    row (the streak starts again after it), and which nodes were lost or came back."""
+    state = look.verdict.state
+    streak = watch.streak + 1 if state in MENDED_BY_RESTART else 0
+    before = set(watch.last.unreachable) if watch.last else set()
+    lost = tuple(n for n in look.unreachable if n not in before)
+    back = tuple(sorted(before - set(look.unreachable)))
+    restart = None
+    if streak >= confirm:
+        restart = f"cluster {state} on {streak} looks in a row: {look.verdict.summary}"
+        streak = 0
+    return Seen(Watch(streak, look), restart, lost, back)
+
+
+def after_run(watch: Watch) -> Watch:
+    """A run ended: the dead ranks seen before it say nothing of the cluster it left (who did
+    not answer is kept: it is said again only when it changes)."""
+    return replace(watch, streak=0)

@@ -403,6 +403,11 @@ class ClusterConfig(_Section):
     #: the launcher's start command (``bash -c``, on the head); it must return once launched
     launcher: str = ""
     launcher_timeout: PositiveDuration = 600.0
+    #: how often the daemon on the head looks at every node (SSH, in parallel)
+    watch_interval: PositiveDuration = 30.0
+    #: looks in a row that must see a dead rank before the cluster is restarted (one look can
+    #: catch a rank mid-restart)
+    confirm: Annotated[int, Field(ge=1)] = 2
 
     @model_validator(mode="after")
     def _launcher(self) -> ClusterConfig:
@@ -445,6 +450,14 @@ class Config(_Section):
         both = sorted(set(self.llm.containers) & set(self.voice.containers))
         if both:
             raise ValueError(f"containers listed as both llm and voice: {', '.join(both)}")
+        head = self.cluster.nodes[0] if self.cluster else None
+        if head is not None and (
+            unwatched := [e for e in head.engine if e not in self.llm.containers]
+        ):
+            raise ValueError(
+                f"the head's engine ({', '.join(unwatched)}, in the first [[cluster.nodes]]) must "
+                "be in llm.containers: the daemon on the head watches it"
+            )
         return self
 
 

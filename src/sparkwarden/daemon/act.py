@@ -11,18 +11,23 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import cast
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
+from sparkwarden.cluster import sequence as cluster_seq
+from sparkwarden.cluster import verdict as cluster_verdict
+from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.restart import docker_policy, sequence
+from sparkwarden.restart.journal import RunRecord, StepResult
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
+from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume, StepEvent
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
@@ -110,6 +115,11 @@ class Hands:
             return None
         self.step = ""
         log.info("sequence_begins", reason=reason, why=why)
+        if self.config.cluster is not None:  # a cluster's head: every restart is the cluster's
+            try:
+                return self._cluster_sequence(reason, why, call)
+            finally:
+                self.run_lock.release()
 
         def observe(event: StepEvent) -> None:
             self.step = f"step {event.index} of {len(STEPS)}: {event.name}"
@@ -137,6 +147,61 @@ class Hands:
         assert outcome is not None  # sequence.restart records its own failures; it returns
         return do.RunEnded(reason, why, outcome, time.time())
 
+    def _cluster_sequence(self, reason: str, why: str, call: ManualCall | None) -> do.RunEnded:
+        """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
+        voice a cut cluster run left paused on any node; the caller holds the run lock and
+        releases it."""
+        assert self.config.cluster is not None
+        cfg, cluster = self.config, self.config.cluster
+        # the longest a cluster run may go without a step ending: its slowest step, and margins
+        lease = max(
+            cfg.llm.health_timeout,
+            cfg.memory.start_wait,
+            2 * cfg.llm.stop_timeout,
+            cluster.launcher_timeout,
+        ) + 4 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+        self.parts.heartbeat(lease)
+
+        def observe(line: cluster_seq.StepLine) -> None:
+            self.parts.heartbeat(lease)
+            self.step = f"step {line.index} of {len(cluster_seq.STEPS)}: {line.name}"
+            if line.index == 1:
+                self.run_lock.set_run(line.run_id, reason)
+                if call is not None:
+                    call.begin(line.run_id)
+            if call is not None:
+                event = StepEvent(
+                    "end",
+                    line.name,
+                    line.index,
+                    line.run_id,
+                    cast(StepResult, line.result),
+                    line.summary,
+                    line.seconds,
+                    len(cluster_seq.STEPS),
+                )
+                call.events.put({"event": "step", **asdict(event)})
+            self.publish()
+
+        link = SshLink(cluster)
+        parts = cluster_seq.ClusterParts(
+            link, self.parts.vllm, self.parts.journal, after_action=self.parts.after_action
+        )
+        outcome: Outcome | None = None
+        try:
+            adopt = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
+            done = cluster_seq.restart_cluster(cfg, reason, parts, observer=observe, adopt=adopt)
+            head = cluster.nodes[0].engine[0]
+            outcome = Outcome(
+                done.run_id, done.ok, head, done.error, done.failed_step, nodes=done.nodes
+            )
+        finally:
+            link.close()
+            self.step = None
+            if call is not None:
+                call.done(outcome)
+        return do.RunEnded(reason, why, outcome, time.time())
+
     def repair(self) -> float | None:
         """Finish what a crash of sparkwarden left: voice resumed, the LLM serving. Returns
         when the last repair ended, if one ran."""
@@ -147,6 +212,13 @@ class Hands:
                 log.info("repair_skipped_running_elsewhere", run=run.id, holder=holder)
                 continue
             self.run_lock.acquire("repair")
+            if "cluster" in run.plan:
+                try:
+                    self._repair_cluster(run)
+                finally:
+                    self.run_lock.release()
+                    ended = time.time()
+                continue
             try:
                 note = f"sparkwarden (pid {run.pid}) stopped during this run"
                 log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
@@ -173,6 +245,46 @@ class Hands:
                 self.step = None
                 ended = time.time()
         return ended
+
+    def _repair_cluster(self, run: RunRecord) -> None:
+        """A cluster run cut short (the caller holds the run lock): closed as interrupted.
+        Had it stopped an engine and the cluster does not serve now, the whole cluster is
+        restarted as one, resuming what it paused; otherwise (cut before any stop, or an
+        operator brought the cluster back meanwhile) only the voice it left paused on any node
+        is resumed, and the cluster is left as it is."""
+        assert self.config.cluster is not None, "a cluster run in a journal without [cluster]"
+        note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
+        log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
+        self.parts.journal.mark_interrupted(run.id, note)
+        if run.plan.get("stop_head_sent") or run.plan.get("stop_workers_sent"):
+            link = SshLink(self.config.cluster)
+            try:
+                views = cluster_seq.inspect_all(self.config, link)
+            finally:
+                link.close()
+            health = self.parts.vllm.health(timeout=self.config.health.timeout).status
+            state = cluster_verdict.judge(views, health).state
+            if state != "serving":
+                log.info("cluster_repair", run=run.id, cluster=state)
+                self._cluster_sequence("repair", f"{note}; the cluster is {state}", None)
+                return
+        left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
+        if not left:
+            return
+        link = SshLink(self.config.cluster)
+        try:
+            resumed, failed = cluster_seq.resume_left(self.config, link, left)
+        finally:
+            link.close()
+        # what could not be resumed stays for the next cluster run to resume
+        self.parts.journal.remember(
+            run.id, cluster_voice={n: v for n, v in left.items() if n not in resumed}
+        )
+        said = {n: a.get("resumed", []) for n, a in resumed.items()}
+        if failed:
+            log.error("cluster_voice_left_paused", run=run.id, resumed=said, failed=failed)
+        else:
+            log.info("cluster_voice_resumed", run=run.id, resumed=said)
 
     def _track_boot(self, event: StepEvent, reason: str, why: str) -> None:
         """Note when a run starts waiting for the engine, for status (what a long boot is for)."""

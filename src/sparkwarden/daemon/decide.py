@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from apscheduler.triggers.base import BaseTrigger
 
 from sparkwarden.base.cron import missed_run_due, next_fire
+from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.intents import (
@@ -86,6 +87,7 @@ class Mind:
     next_schedule: datetime | None = None  # the nightly fire time; the loop itself fires it
     left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
     waiting: Waiting | None = None  # what the last reconcile found the LLM waiting for
+    cluster: cluster_watch.Watch = field(default_factory=cluster_watch.Watch)  # a head's looks
 
 
 Decision = tuple[Mind, list[Intent]]
@@ -109,24 +111,29 @@ def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = No
     ]
 
 
-def ours(name: str, t: float, runs: Sequence[RunRecord], stop_window: float) -> bool:
+#: What a run's own ``docker stop`` brings, for up to the stop window after it was recorded,
+#: and what its ``docker start`` brings, for a few seconds: a ``die`` just after the run's
+#: start is a crash, a ``start`` during its stop is someone else's.
+_ACTS = (("llm_stopped_at", ("kill", "die", "stop")), ("llm_started_at", ("start",)))
+_START_WINDOW = 5.0
+
+
+def ours(name: str, action: str, t: float, runs: Sequence[RunRecord], stop_window: float) -> bool:
     """Whether a run (this daemon's, a ``sparkwarden restart`` of its own, or one a crash of
-    sparkwarden cut short) was acting on container ``name`` at ``t``: its stop and start are not
-    an operator's. A run cut short acted only until its last recorded act (a ``docker stop``
-    it sent goes on for up to the stop window); what came after is someone else's."""
+    sparkwarden cut short) made event ``action`` of container ``name`` at ``t``: its stop and
+    start are not an operator's. A run cut short or still going acted only through the acts it
+    recorded before making them: an operator's stop before the run's own, or just after the
+    run's start, is the operator's."""
     for run in runs:
         if run.container != name or t < run.started_at:
             continue
         if run.result in ("interrupted", "running"):
-            plan = run.plan
-            end = max(
-                run.started_at + 5.0,
-                float(plan.get("llm_stopped_at") or 0.0) + stop_window,
-                float(plan.get("llm_started_at") or 0.0) + 5.0,
-            )
-        else:
-            end = run.ended_at or run.started_at
-        if t <= end:
+            for key, actions in _ACTS:
+                at = run.plan.get(key)
+                window = stop_window if key == "llm_stopped_at" else _START_WINDOW
+                if action in actions and at is not None and float(at) <= t <= float(at) + window:
+                    return True
+        elif t <= (run.ended_at or run.started_at):
             return True
     return False
 
@@ -137,7 +144,8 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord]
     do about it, is :mod:`~sparkwarden.daemon.reconcile`'s to say at the look the event hastens."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
-    if event.t <= mind.last_run_end or ours(event.name, event.t, runs, _stop_window(cfg)):
+    window = _stop_window(cfg)
+    if event.t <= mind.last_run_end or ours(event.name, event.action, event.t, runs, window):
         return mind, intents  # our own stop and start
     watch = mind.exits.get(event.name, ExitWatch()).on_event(event.action, event.signal, event.t)
     mind = replace(mind, exits={**mind.exits, event.name: watch})
@@ -225,6 +233,29 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
                 Say("warning", "gateway_failed", {"url": cfg.gateway.url, "why": why}),
                 Notify("gateway_failed", "gateway", f"{cfg.gateway.url}: {why}"),
             ]
+    return mind, intents
+
+
+def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Decision:
+    """On a cluster's head, a look at every node: a dead rank seen ``cluster.confirm`` looks in
+    a row wants the cluster restarted (as one: the hands run the cluster sequence); a node that
+    stops answering is said and notified once, never acted on."""
+    if cfg.cluster is None or look.t <= mind.last_run_end:
+        return mind, []  # taken before a run ended: it says nothing of the cluster it left
+    seen = cluster_watch.observe(mind.cluster, look, cfg.cluster.confirm)
+    mind = replace(mind, cluster=seen.watch)
+    intents: list[Intent] = []
+    for node in seen.lost:
+        problem = look.verdict.nodes.get(node, "")
+        intents += [
+            Say("warning", "cluster_node_unreachable", {"node": node, "problem": problem}),
+            Notify("node_unreachable", node, f"{node} does not answer the head: {problem}"),
+        ]
+    for node in seen.back:
+        intents.append(Say("info", "cluster_node_back", {"node": node}))
+    if seen.restart:
+        mind, more = want(mind, "crash", seen.restart, look.t)
+        intents += more
     return mind, intents
 
 
@@ -369,11 +400,12 @@ def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> D
 def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
     """Notify how it went; an automatic run that failed owes a retry (budget permitting)."""
     outcome, reason = ended.outcome, ended.reason
-    mind = replace(mind, health=HealthState(), last_run_end=ended.at)
+    watch = cluster_watch.after_run(mind.cluster)
+    mind = replace(mind, health=HealthState(), last_run_end=ended.at, cluster=watch)
     intents: list[Intent] = []
     if outcome.ok and reason not in AUTOMATIC:  # an operator's run clears it all
         intents.append(ClearGaveUp(ended.at))
-    subject = outcome.container or "llm"
+    subject = ", ".join(outcome.nodes) or outcome.container or "llm"
     gateway_failed = outcome.failed_step == triggers.GATEWAY_STEP
     if gateway_failed:
         failing = triggers.GatewayWatch(False, f"FAILED {outcome.error}", ended.at)

@@ -28,11 +28,13 @@ from sparkwarden.adapters.systemd import SdNotify, Watchdog
 from sparkwarden.base import logs
 from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.cluster.watch import Look
 from sparkwarden.config import schema as config_mod
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
 from sparkwarden.daemon.beliefs import Identity, Kept
+from sparkwarden.daemon.cluster_looks import ClusterLooks
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
 from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
@@ -61,11 +63,12 @@ class Daemon:
         self.kept = Kept(self.parts.journal)
         self.queue: queue.Queue[Any] = queue.Queue()
         self.daemon_lock = RunLock(config.state.dir, "daemon.lock")
-        # Events are replayed from the last one a daemon saw: a crash while sparkwarden itself
-        # was down (a watchdog restart, an upgrade) is still a crash.
-        self.events = EventStream(
-            list(config.llm.containers), self.queue.put, since=self.kept.events_seen()
-        )
+        # Events are replayed from the last one a daemon saw, or from when the first daemon
+        # began to listen: a crash, or an operator's stop, while sparkwarden itself was down (a
+        # kill -9, a watchdog restart, an upgrade) is still told for what it was.
+        seen = self.kept.events_seen()
+        self.first_listener = seen is None
+        self.events = EventStream(list(config.llm.containers), self.queue.put, since=seen)
         self.webhooks = Webhooks(list(config.notify))
         self.observer = Observer(config, self.parts, self.watchdog.beat)
         self.hands = Hands(config, self.parts, self.webhooks, self.sd, self._publish)
@@ -80,6 +83,12 @@ class Daemon:
             else None
         )
         self.exporter: Any = None
+        #: a cluster's head looks at every node (SSH) off the loop; None on a lone host
+        self.cluster_looks = (
+            ClusterLooks(config, self.queue.put, lambda: self.hands.step is not None)
+            if config.cluster is not None
+            else None
+        )
         self.stopping = False
         #: an event asks for a look by then (monotonic), sooner than the next tick
         self.look_by = float("inf")
@@ -108,6 +117,8 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_hangup)
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
+        if self.first_listener:  # killed before any event, its successor replays from here
+            self.kept.see_events(time.time())
         try:
             self.hands.repair()  # its own stop and start are in the journal (decide.ours)
             self.facts = self._read_journal()
@@ -129,6 +140,8 @@ class Daemon:
 
     def _start_listeners(self) -> None:
         self.events.start()
+        if self.cluster_looks is not None:
+            self.cluster_looks.start()
         self.control.start()
         self.webhooks.start()
         if self.config.metrics.listen:
@@ -141,6 +154,8 @@ class Daemon:
         else:
             self.sd.send("RELOADING=1")
         self.events.stop()
+        if self.cluster_looks is not None:
+            self.cluster_looks.stop()
         self._mark_events_seen()
         self.control.stop()
         self.webhooks.stop()
@@ -239,6 +254,8 @@ class Daemon:
             self.look_by = min(self.look_by, time.monotonic() + reconcile.SETTLE + 0.1)
         elif isinstance(item, ManualCall):
             self._manual(item)
+        elif isinstance(item, Look):
+            self._decide(decide.on_cluster(self.mind, item, self.config))
 
     def _tick(self, t: float) -> None:
         """Docker and memory first, acted on at once (a memory floor pauses voice now), then the

@@ -173,7 +173,21 @@ def build(
         ),
         booting=booting if running else None,
         engine=engine_view(observer.release, observer.last_scrape.engine),
+        cluster_watch=_cluster_watch(mind),
     )
+
+
+def _cluster_watch(mind: Mind) -> dict[str, Any] | None:
+    last = mind.cluster.last
+    if last is None:
+        return None
+    return {
+        "state": last.verdict.state,
+        "summary": last.verdict.summary,
+        "at": datetime.fromtimestamp(last.t, UTC).isoformat(timespec="seconds"),
+        "dead_rank_looks": mind.cluster.streak,
+        "unreachable": list(last.unreachable),
+    }
 
 
 def status_line(s: Snapshot) -> str:
@@ -194,6 +208,8 @@ def status_line(s: Snapshot) -> str:
         base = f"{acc.baseline:.0%}" if acc.baseline is not None else "learning"
         parts.append(f"acc {acc.current:.0%}/{base}")
     parts.append(f"mem {mem.available_gib:.0f}/{mem.total_gib:.0f} GiB")
+    if s.cluster_watch:
+        parts.append(f"cluster {s.cluster_watch['state']}")
     if s.next_restart:
         at = datetime.fromisoformat(s.next_restart.at).astimezone()
         parts.append(f"next {at:%a %H:%M} ({s.next_restart.reason})")

@@ -215,7 +215,7 @@ class Journal:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def set_container(self, run_id: int, name: str, container_id: str) -> None:
+    def set_container(self, run_id: int, name: str, container_id: str | None) -> None:
         with self._tx() as db:
             db.execute(
                 "UPDATE runs SET container = ?, container_id = ? WHERE id = ?",

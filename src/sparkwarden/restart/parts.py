@@ -14,6 +14,7 @@ from sparkwarden.adapters.host import Host
 from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Journal, StepResult
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
 
@@ -75,6 +76,8 @@ class StepEvent:
     result: StepResult = "running"
     summary: str = ""
     duration_s: float = 0.0
+    #: how many steps the run has (a cluster's run has more than a host's)
+    total: int = len(STEPS)
 
 
 Observer = Callable[[StepEvent], None]
@@ -90,6 +93,8 @@ class Outcome:
     failed_step: str | None = None
     #: The ID of the container the run chose (None when it failed before choosing).
     container_id: str | None = None
+    #: On a cluster's head: the nodes the run failed on, named in its notification.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ class Resume:
     stopped_at: float | None = None
     #: the ID of the container the run chose: another ID under the name is a replacement
     container_id: str | None = None
+    #: the run had sent ``docker start``: a container down now went down after it
+    llm_started: bool = False
 
     @classmethod
     def from_plan(
@@ -122,5 +129,6 @@ class Resume:
             bool(plan.get("llm_stopped")) and not plan.get("llm_started"),
             None if stopped_at is None or plan.get("llm_started") else float(stopped_at),
             container_id,
+            bool(plan.get("llm_started")),
         )
         return resume if resume.container or resume.voice_paused else None

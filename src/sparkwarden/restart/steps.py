@@ -164,8 +164,9 @@ class LlmSteps(RunState):
             active = choose_active(states, resume.container) if up else mine[0]
             self.theirs = theirs(active, resume)
             if not active.up and not resume.llm_stopped:
+                how = "started it" if resume.llm_started else "did not stop it"
                 self.theirs = (
-                    f"{active.name} is {active.status} and the interrupted run did not stop it:"
+                    f"{active.name} is {active.status} and the interrupted run {how}:"
                     " left to the daemon's next look"
                 )
             self.stop_sent = resume.llm_stopped and active.name == resume.container

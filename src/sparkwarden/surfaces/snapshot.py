@@ -135,6 +135,8 @@ class Snapshot:
     #: a run waiting for the started engine: run, reason, why, waited_s, health_timeout_s
     booting: dict[str, Any] | None = None
     engine: EngineView | None = None  # what the engine says of itself (release, sleep, queue)
+    #: a cluster's head: the daemon's last look at every node (state, summary, at, streak)
+    cluster_watch: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

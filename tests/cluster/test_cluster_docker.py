@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.standin.stage import skeleton
+from devtools.standin.stage import free_port, skeleton
 from sparkwarden.base import faults
 from sparkwarden.cluster.link import CONTROL_PREFIX
 from sparkwarden.cluster.sequence import STEPS
@@ -90,6 +91,7 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         cluster={"watch_interval": "1s"},
         watch={"interval": "1s"},
         control={"socket": str(tmp_path / "control.sock"), "group": ""},
+        metrics={"listen": f"127.0.0.1:{free_port()}"},
     )
     daemon = None
     try:
@@ -135,6 +137,22 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         assert [s["name"] for s in runs[0]["steps"]] == list(STEPS)
         status = json.loads(engine.cli("status", "--json").stdout)
         assert status["cluster_watch"]["state"] in ("serving", "crashed"), status
+        # the alert ClusterNodeDown reads each node's gauge from the head's exporter
+        scrape = (
+            "import httpx, sys; from prometheus_client.parser import text_string_to_metric_families"
+            " as read; text = httpx.get(sys.argv[1]).text;"
+            " print({s.labels['node']: s.value for f in read(text)"
+            " if f.name == 'sparkwarden_cluster_node_up' for s in f.samples})"
+        )
+        url = f"http://{engine.metrics_listen}/metrics"
+        deadline = time.monotonic() + 30
+        while True:
+            result = kit.head.docker.run(sys.executable, "-c", scrape, url)
+            assert isinstance(result, subprocess.CompletedProcess), result
+            if result.stdout.strip() == "{'head': 1.0, 'w1': 1.0}":
+                break
+            assert time.monotonic() < deadline, result.stdout + result.stderr
+            time.sleep(0.5)
     finally:
         if daemon is not None:
             daemon.terminate()  # the daemon this test started, by its pid

@@ -462,3 +462,22 @@ def test_the_daemon_on_the_head_wants_a_restart_and_names_the_lost_node(tmp_path
     notes = [i for i in said if isinstance(i, do.Notify)]
     assert [(n.kind, n.subject) for n in notes] == [("node_unreachable", "w1")]
     assert mind.pending is None  # an unreachable node is reported, never acted on
+
+
+def test_the_heads_last_look_is_published_node_by_node() -> None:
+    """What status --json's ``cluster_watch`` and the exporter's sparkwarden_cluster_node_up
+    (ClusterNodeDown) are made of: a node unreachable, or its engine down, is not up."""
+    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.watch import Look, Watch
+    from sparkwarden.daemon import decide, publish
+
+    assert publish._cluster_watch(decide.Mind()) is None  # a lone host: nothing
+    lines = {"head": "reachable, running", "w1": "unreachable", "w2": "reachable, exited"}
+    look = Look(1e9, Verdict("unknown", "no answer from w1", lines), ("w1",), ("head",))
+    said = publish._cluster_watch(decide.Mind(cluster=Watch(1, look)))
+    assert said is not None and said["state"] == "unknown" and said["unreachable"] == ["w1"]
+    assert said["nodes"] == {
+        "head": {"reachable": True, "engine_up": True},
+        "w1": {"reachable": False, "engine_up": False},
+        "w2": {"reachable": True, "engine_up": False},
+    }

@@ -276,6 +276,7 @@ class Engine:
         """``worker_image``: the worker's rank from another image (a node that pulled another
         tag); ``worker_voice``, ``head_voice``: a voice container there; ``sections``: config."""
         self.kit = kit
+        self.metrics_listen = str(sections.get("metrics", {}).get("listen", ""))
         self.port, self.master_port = free_port(), free_port()
         self.stages = {n.name: Stage(n.client()) for n in kit.nodes}
         rank = [

@@ -25,6 +25,8 @@ class Look:
     t: float
     verdict: Verdict
     unreachable: tuple[str, ...] = ()
+    #: the nodes whose engine containers run
+    engines_up: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

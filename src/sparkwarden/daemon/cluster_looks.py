@@ -53,7 +53,8 @@ class ClusterLooks:
         finally:
             vllm.close()
         unreachable = tuple(v.name for v in views if not v.reachable)
-        return Look(time.time(), judge(views, health), unreachable)
+        up = tuple(v.name for v in views if v.engine_up)
+        return Look(time.time(), judge(views, health), unreachable, up)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -187,6 +187,10 @@ def _cluster_watch(mind: Mind) -> dict[str, Any] | None:
         "at": datetime.fromtimestamp(last.t, UTC).isoformat(timespec="seconds"),
         "dead_rank_looks": mind.cluster.streak,
         "unreachable": list(last.unreachable),
+        "nodes": {
+            name: {"reachable": name not in last.unreachable, "engine_up": name in last.engines_up}
+            for name in last.verdict.nodes
+        },
     }
 
 

@@ -156,6 +156,15 @@ class SnapshotCollector(Collector):
             "sparkwarden_budget_limit", "Automatic runs allowed per window", float(budget.limit)
         )
 
+        if s.cluster_watch:  # a cluster's head: each node as its daemon's last look saw it
+            node_up = GaugeMetricFamily(
+                "sparkwarden_cluster_node_up",
+                "1 when the node answered the head's last look and its engine runs",
+                labels=["node"],
+            )
+            for node, seen in sorted(s.cluster_watch.get("nodes", {}).items()):
+                node_up.add_metric([node], 1.0 if seen["reachable"] and seen["engine_up"] else 0.0)
+            yield node_up
         last = s.last_run
         if last:
             yield gauge(

@@ -164,6 +164,36 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
     assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
+def test_three_nodes_a_lost_rank_named_and_the_three_restarted_as_one(tmp_path: Path) -> None:
+    """Three Sparks (rank 0 on the head, headless ranks 1 and 2): the second worker's rank
+    killed is named, not guessed about the others, and one cluster restart brings all three
+    back with the same containers, every node's figures in the journal."""
+    kit3 = ClusterKit(("head", "w1", "w2"))
+    engine = None
+    try:
+        engine = Engine(kit3, tmp_path)
+        engine.wait_serving(timeout=60)
+        ids = {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()}
+        engine.stages["w2"].client.containers.get(engine.workers["w2"]).kill()
+        state = engine.status()
+        assert state["state"] == "crashed" and "w2" in state["summary"], state
+        assert "w1" not in state["summary"], state
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert re.findall(r"\] (\w+)\s+ok", result.stdout) == list(STEPS)
+        assert engine.wait_serving()["state"] == "serving"
+        assert {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()} == ids
+        logs = engine.stages["head"].client.containers.get(engine.head).logs().decode()
+        assert logs.count("rank 1 joined") == logs.count("rank 2 joined") == 2, logs[-2000:]
+        history = json.loads(engine.cli("history", "--json").stdout)
+        drop = next(s for s in history[0]["steps"] if s["name"] == "drop_caches")
+        assert set(drop["detail"]["nodes"]) == {"head", "w1", "w2"}
+    finally:
+        if engine is not None:
+            engine.close()
+        kit3.close()
+
+
 def test_status_on_the_head_shows_every_node_over_ssh(kit: ClusterKit, engine: Engine) -> None:
     """``ssh spark sparkwarden status`` stays the one command: typed into the head over SSH, it
     shows every node; a dead worker and then an unreachable one are named."""

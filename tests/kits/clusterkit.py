@@ -281,7 +281,7 @@ class Engine:
         self.stages = {n.name: Stage(n.client()) for n in kit.nodes}
         rank = [
             "--nnodes",
-            "2",
+            str(len(kit.nodes)),
             "--master-port",
             str(self.master_port),
             "--collective-timeout",
@@ -290,12 +290,18 @@ class Engine:
             "--gpu-memory-utilization",
             "0.8",
         ]
-        worker = kit.node("w1")
-        worker_args = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
-        self.worker, _ = self.stages[worker.name].llm(
-            "rank1", *worker_args, network_mode="host", image=worker_image
-        )
-        self.voice = [self.stages[worker.name].voice("stt")] if worker_voice else []
+        #: each worker's headless rank, by node (rank N on the N-th worker)
+        self.workers: dict[str, str] = {}
+        for number, node in enumerate(kit.nodes[1:], start=1):
+            worker_args = [
+                *rank,
+                *("--node-rank", str(number), "--headless", "--master-addr", kit.head.address),
+            ]
+            self.workers[node.name], _ = self.stages[node.name].llm(
+                f"rank{number}", *worker_args, network_mode="host", image=worker_image
+            )
+        self.worker = self.workers["w1"]  # the first worker, as the two-node tests name it
+        self.voice = [self.stages["w1"].voice("stt")] if worker_voice else []
         self.head_voice = [self.stages["head"].voice("tts")] if head_voice else []
         self.head, _ = self.stages["head"].llm(
             "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
@@ -307,13 +313,16 @@ class Engine:
                 "voice": self.head_voice,
                 "sparkwarden": SPARKWARDEN,
             },
-            {
-                "name": "w1",
-                "ssh": "w1",
-                "engine": [self.worker],
-                "voice": self.voice,
-                "sparkwarden": SPARKWARDEN,
-            },
+            *(
+                {
+                    "name": node,
+                    "ssh": node,
+                    "engine": [name],
+                    "voice": self.voice if node == "w1" else [],
+                    "sparkwarden": SPARKWARDEN,
+                }
+                for node, name in self.workers.items()
+            ),
         ]
         self.config = write_config(
             tmp_path / "sparkwarden.toml",

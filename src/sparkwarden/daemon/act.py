@@ -248,10 +248,10 @@ class Hands:
 
     def _repair_cluster(self, run: RunRecord) -> None:
         """A cluster run cut short (the caller holds the run lock): closed as interrupted.
-        Had it stopped an engine and the cluster does not serve now, the whole cluster is
-        restarted as one, resuming what it paused; otherwise (cut before any stop, or an
-        operator brought the cluster back meanwhile) only the voice it left paused on any node
-        is resumed, and the cluster is left as it is."""
+        Had it stopped an engine and a rank is down now, the whole cluster is restarted as
+        one, resuming what it paused; otherwise (cut before any stop, every rank up again and
+        serving or still booting, an operator's doing or the cut run's own start) only the
+        voice it left paused on any node is resumed, and the daemon watches the cluster."""
         assert self.config.cluster is not None, "a cluster run in a journal without [cluster]"
         note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
         log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
@@ -264,7 +264,9 @@ class Hands:
                 link.close()
             health = self.parts.vllm.health(timeout=self.config.health.timeout).status
             state = cluster_verdict.judge(views, health).state
-            if state != "serving":
+            # every rank up and the head loading ("unhealthy"): a boot the cut run started,
+            # or an operator's, goes on; the daemon watches it (boot grace, /health)
+            if state not in ("serving", "unhealthy"):
                 log.info("cluster_repair", run=run.id, cluster=state)
                 self._cluster_sequence("repair", f"{note}; the cluster is {state}", None)
                 return

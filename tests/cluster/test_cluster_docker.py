@@ -118,7 +118,10 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         )
         assert isinstance(daemon, subprocess.Popen)
         assert engine.wait_serving(timeout=120)["state"] == "serving"
-        assert stages["w1"].status(engine.voice[0]) == "running"  # the cut run's pause undone
+        deadline = time.monotonic() + 60  # the repair run's last step: the cut run's pause undone
+        while stages["w1"].status(engine.voice[0]) != "running":
+            assert time.monotonic() < deadline and daemon.poll() is None
+            time.sleep(0.3)
         runs = json.loads(engine.cli("history", "--json").stdout)
         assert [(r["reason"], r["result"]) for r in runs[:2]] == [
             ("repair", "ok"),

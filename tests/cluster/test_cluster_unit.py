@@ -364,7 +364,28 @@ def test_answers_read_from_exit_code_and_json_line() -> None:
         ),
         ({**TWO, "setup": "ray"}, "cluster.setup"),
         # the daemon on the head watches llm.containers: the head's engine must be among them
-        ({**TWO}, r"the head's engine \(x, in the first \[\[cluster.nodes\]\]\) must be in"),
+        ({**TWO}, r"cluster.nodes.0.engine: the head's engine \(x\) must be in llm.containers"),
+        (
+            {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "b", "engine": ["y"]}]},
+            "every node but the head needs ssh .*: b",
+        ),
+        (
+            {"nodes": [{"name": "a", "ssh": "a", "engine": ["x"]}, TWO["nodes"][1]]},
+            r"the first node \(a\) is the head, where this runs: no ssh",
+        ),
+        (
+            {"nodes": [*TWO["nodes"], {"name": "c", "ssh": "b", "engine": ["z"]}]},
+            "two nodes reached at the same ssh destination: b",
+        ),
+        (
+            {
+                "nodes": [
+                    TWO["nodes"][0],
+                    {"name": "b", "ssh": "b", "engine": ["y"], "voice": ["y"]},
+                ]
+            },
+            "a container listed as both engine and voice on b",
+        ),
         ({**TWO, "confirm": 0}, "cluster.confirm"),
     ],
 )
@@ -398,6 +419,26 @@ def test_adopted_voice_is_resumed_on_its_node(tmp_path: Path) -> None:
     outcome = restart_cluster(config, "manual", parts, adopt={"w1": ["tts"]})
     assert outcome.ok, outcome.error
     assert link.voice["w1"]["tts"] == "running" and sorted(link.verbs("resume")) == ["head", "w1"]
+
+
+def test_voice_left_on_a_node_still_unreachable_is_kept_for_the_next_run(tmp_path: Path) -> None:
+    """A run that fails at preflight (w1 still unreachable) keeps, for the next run, the voice an
+    earlier run left paused there: it is neither resumed nor forgotten."""
+    link = FakeLink()
+    link.voice["w1"] = {"tts": "paused"}
+    link.unreachable.add("w1")
+    config = make_config(tmp_path)
+    journal = Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
+    outcome = restart_cluster(config, "manual", parts, adopt={"w1": ["tts"]})
+    assert not outcome.ok and outcome.failed_step == "preflight" and outcome.nodes == ("w1",)
+    assert "left paused on w1 (tts)" in (outcome.error or "")
+    assert left_paused(journal.runs(limit=10)) == {"w1": ["tts"]}
+    link.unreachable.clear()  # w1 answers again: the next run resumes it
+    outcome = restart_cluster(config, "manual", parts, adopt=left_paused(journal.runs(limit=10)))
+    assert outcome.ok, outcome.error
+    assert link.voice["w1"]["tts"] == "running"
+    assert outcome.head_id == "h" * 64  # what the daemon owes a retry to, had it failed
 
 
 def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
@@ -481,3 +522,40 @@ def test_the_heads_last_look_is_published_node_by_node() -> None:
         "w1": {"reachable": False, "engine_up": False},
         "w2": {"reachable": True, "engine_up": False},
     }
+
+
+class LoadingEngine(FakeEngine):
+    def health(self, timeout: float = 10.0) -> Health:
+        return Health("loading", "HTTP 503 (loading)")
+
+
+def test_the_heads_engine_down_while_loading_fails_the_wait_at_once(tmp_path: Path) -> None:
+    """An operator's stop (or a crash) of the head during a cold boot fails the run at the next
+    poll, not after health_timeout; a daemon stopping ends the wait, with voice resumed."""
+
+    class DiesAtStart(FakeLink):
+        def call(self, node: ClusterNode, verb: str, params: Params, timeout: float) -> Any:
+            answer = super().call(node, verb, params, timeout)
+            if (node.name, verb) == ("head", "start"):
+                self.engines["head"]["vllm-head"]["status"] = "exited"
+            return answer
+
+    config = make_config(tmp_path)
+    for link, abort, said in (
+        (DiesAtStart(), False, "the head's engine went down while loading: vllm-head is exited"),
+        (FakeLink(), True, "sparkwarden is stopping: gave up waiting after"),
+    ):
+        journal = Journal(config.state.dir)
+        sleeps: list[float] = []
+        parts = ClusterParts(
+            link,
+            cast(VllmClient, LoadingEngine()),
+            journal,
+            sleep=sleeps.append,
+            should_abort=lambda abort=abort: abort,  # type: ignore[misc]
+        )
+        outcome = restart_cluster(config, "manual", parts)
+        assert outcome.failed_step == "wait_health" and said in (outcome.error or ""), outcome
+        assert len(sleeps) <= 1  # not a cold boot's worth of polls
+        assert link.voice["head"]["stt"] == "running"  # voice resumed all the same
+        journal.close()

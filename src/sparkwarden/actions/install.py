@@ -53,7 +53,7 @@ def executable() -> str:
         if real is None or not (real.is_relative_to("/root") or real.is_relative_to("/home")):
             continue
         raise SparkwardenError(
-            f"sparkwarden runs from {real.parent}, which the unit's ProtectHome=yes "
+            f"sparkwarden runs from {real.parent}, which the unit's ProtectHome=tmpfs "
             f"hides: install it in /opt, in the checkout ({README_INSTALL}), and run "
             f"{PREFIX}/bin/sparkwarden install-service"
         )

@@ -79,6 +79,8 @@ class ClusterParts:
     launch: Callable[[str, float], dict[str, Any]] = run_launcher
     #: Called once a step has acted, before it is recorded (tests: see ``base/faults.py``).
     after_action: Callable[[str], None] = lambda _name: None
+    #: True when sparkwarden must stop: the wait for the head's boot ends (voice resumed).
+    should_abort: Callable[[], bool] = lambda: False
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class ClusterOutcome:
     views: list[NodeView] = field(default_factory=list)
     #: the nodes it failed on (a node that did not answer, or whose memory never came back)
     nodes: tuple[str, ...] = ()
+    #: the ID of the head's engine container the preflight found (its retry is owed to it)
+    head_id: str | None = None
 
 
 def fan_out(
@@ -263,7 +267,10 @@ def restart_cluster(
     log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
     if error:
         nodes |= {*run.lost, *(v.name for v in run.views if not v.reachable)}
-    return ClusterOutcome(run.id, error is None, error, failed, run.views, tuple(sorted(nodes)))
+    head_id = run.ids.get(run.head.name, {}).get(run.head.engine[0])
+    return ClusterOutcome(
+        run.id, error is None, error, failed, run.views, tuple(sorted(nodes)), head_id
+    )
 
 
 class _ClusterRun:
@@ -499,12 +506,30 @@ class _ClusterRun:
                     "seconds": elapsed,
                     "polls": polls,
                 }
+            figures = {"seconds": elapsed, "polls": polls, "last": health.detail}
             if parts.monotonic() + llm.poll_interval > began + llm.health_timeout:
                 raise StepFailed(
                     "wait_health",
                     f"the head not healthy within {llm.health_timeout:g}s (a rank that did not "
                     f"join keeps it at its rendezvous); last answer: {health.detail}",
-                    {"seconds": elapsed, "polls": polls, "last": health.detail},
+                    figures,
+                )
+            if parts.should_abort():  # stopping: voice is resumed, the next daemon watches it
+                raise StepFailed(
+                    "wait_health",
+                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s; the head "
+                    "keeps loading and the next daemon watches it",
+                    figures,
+                )
+            # an engine that went down while loading (an operator's stop, a crash) fails now,
+            # not at the end of a cold boot's timeout
+            head = self.call(
+                self.head, "inspect", Params(self.head.engine), self.config.docker.timeout
+            )
+            if down := [e for e in head.get("engines", []) if e.get("status") != "running"]:
+                said = ", ".join(f"{e.get('name')} is {e.get('status')}" for e in down)
+                raise StepFailed(
+                    "wait_health", f"the head's engine went down while loading: {said}", figures
                 )
             parts.sleep(llm.poll_interval)
 
@@ -526,20 +551,20 @@ class _ClusterRun:
             return self.call(node, "resume", Params(voice=self.paused[node.name]), bound)
 
         answers, failures = fan_out([n for n in to_resume if n.name not in left], resume)
+        for name in failures:  # not resumed now (unreachable since the preflight, or refused)
+            left.setdefault(name, self.paused[name])
         for node in self.cluster.nodes:
             # lost while pausing: what it paused is unknown, so all it was told to
             if node.name in self.lost and node.voice and "pause_voice" in self.taken:
-                left.setdefault(node.name, sorted(node.voice))
+                left.setdefault(node.name, sorted({*node.voice, *self.paused.get(node.name, [])}))
         self.parts.journal.remember(self.id, cluster_voice_left=left)
         said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]
         detail: dict[str, Any] = {"nodes": answers}
         if left or failures:
-            unreached = [
-                f"left paused on {n} ({', '.join(v)}): {self.lost[n]}"
+            why = [
+                f"left paused on {n} ({', '.join(v)}): {self.lost.get(n) or failures.get(n)}"
                 for n, v in left.items()
-                if n in self.lost
             ]
-            why = unreached + [f for n, f in failures.items() if n not in left]
             raise StepFailed(
                 "resume_voice",
                 "resumed " + ("; ".join(said) or "nothing") + "; " + "; ".join(why),

@@ -424,6 +424,20 @@ class ClusterConfig(_Section):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             raise ValueError(f"node names listed more than once: {', '.join(duplicated)}")
+        # an empty ssh means "this host": a worker without one would be the head again
+        if nodes[0].ssh:
+            raise ValueError(
+                f"the first node ({nodes[0].name}) is the head, where this runs: no ssh"
+            )
+        if bare := [n.name for n in nodes[1:] if not n.ssh]:
+            raise ValueError(
+                f"every node but the head needs ssh (how to reach it): {', '.join(bare)}"
+            )
+        targets = [n.ssh for n in nodes[1:]]
+        if twice := sorted({t for t in targets if targets.count(t) > 1}):
+            raise ValueError(f"two nodes reached at the same ssh destination: {', '.join(twice)}")
+        if both := [n.name for n in nodes if set(n.engine) & set(n.voice)]:
+            raise ValueError(f"a container listed as both engine and voice on {', '.join(both)}")
         return nodes
 
 
@@ -455,8 +469,8 @@ class Config(_Section):
             unwatched := [e for e in head.engine if e not in self.llm.containers]
         ):
             raise ValueError(
-                f"the head's engine ({', '.join(unwatched)}, in the first [[cluster.nodes]]) must "
-                "be in llm.containers: the daemon on the head watches it"
+                f"cluster.nodes.0.engine: the head's engine ({', '.join(unwatched)}) must be in "
+                "llm.containers: the daemon on the head watches it"
             )
         return self
 

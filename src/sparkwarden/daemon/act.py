@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import cast
 
@@ -147,25 +147,39 @@ class Hands:
         assert outcome is not None  # sequence.restart records its own failures; it returns
         return do.RunEnded(reason, why, outcome, time.time())
 
-    def _cluster_sequence(self, reason: str, why: str, call: ManualCall | None) -> do.RunEnded:
-        """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
-        voice a cut cluster run left paused on any node; the caller holds the run lock and
-        releases it."""
-        assert self.config.cluster is not None
+    def _cluster_lease(self) -> float:
+        """The longest a cluster run may go without a step ending: its slowest step (a cold
+        boot, the memory gate, a stop, the launcher) and every SSH call's margins."""
         cfg, cluster = self.config, self.config.cluster
-        # the longest a cluster run may go without a step ending: its slowest step, and margins
-        lease = max(
+        assert cluster is not None
+        slowest = max(
             cfg.llm.health_timeout,
             cfg.memory.start_wait,
             2 * cfg.llm.stop_timeout,
             cluster.launcher_timeout,
-        ) + 4 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+        )
+        return slowest + 4 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+
+    def _cluster_sequence(
+        self,
+        reason: str,
+        why: str,
+        call: ManualCall | None,
+        begun: Callable[[], None] = lambda: None,
+    ) -> do.RunEnded:
+        """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
+        voice a cut cluster run left paused on any node; the caller holds the run lock and
+        releases it. ``begun``: called once the run has written what it adopted."""
+        assert self.config.cluster is not None
+        cfg, cluster = self.config, self.config.cluster
+        lease = self._cluster_lease()
         self.parts.heartbeat(lease)
 
         def observe(line: cluster_seq.StepLine) -> None:
             self.parts.heartbeat(lease)
             self.step = f"step {line.index} of {len(cluster_seq.STEPS)}: {line.name}"
             if line.index == 1:
+                begun()
                 self.run_lock.set_run(line.run_id, reason)
                 if call is not None:
                     call.begin(line.run_id)
@@ -185,7 +199,11 @@ class Hands:
 
         link = SshLink(cluster)
         parts = cluster_seq.ClusterParts(
-            link, self.parts.vllm, self.parts.journal, after_action=self.parts.after_action
+            link,
+            self.parts.vllm,
+            self.parts.journal,
+            after_action=self.parts.after_action,
+            should_abort=self.parts.should_abort,
         )
         outcome: Outcome | None = None
         try:
@@ -193,7 +211,7 @@ class Hands:
             done = cluster_seq.restart_cluster(cfg, reason, parts, observer=observe, adopt=adopt)
             head = cluster.nodes[0].engine[0]
             outcome = Outcome(
-                done.run_id, done.ok, head, done.error, done.failed_step, nodes=done.nodes
+                done.run_id, done.ok, head, done.error, done.failed_step, done.head_id, done.nodes
             )
         finally:
             link.close()
@@ -212,7 +230,7 @@ class Hands:
                 log.info("repair_skipped_running_elsewhere", run=run.id, holder=holder)
                 continue
             self.run_lock.acquire("repair")
-            if "cluster" in run.plan:
+            if "cluster" in run.plan or self.config.cluster is not None:
                 try:
                     self._repair_cluster(run)
                 finally:
@@ -252,10 +270,31 @@ class Hands:
         one, resuming what it paused; otherwise (cut before any stop, every rank up again and
         serving or still booting, an operator's doing or the cut run's own start) only the
         voice it left paused on any node is resumed, and the daemon watches the cluster."""
-        assert self.config.cluster is not None, "a cluster run in a journal without [cluster]"
         note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
         log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-        self.parts.journal.mark_interrupted(run.id, note)
+        if self.config.cluster is None:  # [cluster] removed since: nothing to reach the nodes
+            self.parts.journal.mark_interrupted(run.id, note)
+            left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
+            log.error("cluster_run_not_repaired", run=run.id, why="no [cluster]", left=left)
+            return
+        found_at = time.time()
+        if "cluster" not in run.plan:
+            # a host's run on what is now a cluster's head (an upgrade mid-run from before
+            # clusters): its head's part of a cluster run, repaired as the cluster's
+            head = self.config.cluster.nodes[0]
+            plan = {
+                "cluster": [n.name for n in self.config.cluster.nodes],
+                "cluster_voice": {head.name: list(run.plan.get("voice_paused", []))},
+                "stop_head_sent": bool(run.plan.get("llm_stopped")),
+            }
+            self.parts.journal.remember(run.id, **plan)
+            run = replace(run, plan={**run.plan, **plan})
+
+        def close() -> None:
+            """Closed only once what it left is resumed or adopted by the repair run: a kill
+            before that leaves it to the next start's repair."""
+            self.parts.journal.mark_interrupted(run.id, note, found_at)
+
         if run.plan.get("stop_head_sent") or run.plan.get("stop_workers_sent"):
             link = SshLink(self.config.cluster)
             try:
@@ -268,10 +307,13 @@ class Hands:
             # or an operator's, goes on; the daemon watches it (boot grace, /health)
             if state not in ("serving", "unhealthy"):
                 log.info("cluster_repair", run=run.id, cluster=state)
-                self._cluster_sequence("repair", f"{note}; the cluster is {state}", None)
+                # before READY=1: systemd's start timeout must wait for the whole run
+                self.sd.send(f"EXTEND_TIMEOUT_USEC={int(self._cluster_lease() * 1e6)}")
+                self._cluster_sequence("repair", f"{note}; the cluster is {state}", None, close)
                 return
         left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
         if not left:
+            close()
             return
         link = SshLink(self.config.cluster)
         try:
@@ -282,6 +324,7 @@ class Hands:
         self.parts.journal.remember(
             run.id, cluster_voice={n: v for n, v in left.items() if n not in resumed}
         )
+        close()
         said = {n: a.get("resumed", []) for n, a in resumed.items()}
         if failed:
             log.error("cluster_voice_left_paused", run=run.id, resumed=said, failed=failed)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from sparkwarden.base import logs
-from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.cluster.sequence import CALL_MARGIN, look
 from sparkwarden.cluster.verdict import judge
 from sparkwarden.cluster.watch import Look
@@ -61,6 +60,6 @@ class ClusterLooks:
             if not self.busy():
                 try:
                     self.sink(self.take())
-                except (SparkwardenError, OSError) as exc:  # the next look tries again
-                    log.warning("cluster_look_failed", error=str(exc))
+                except Exception as exc:  # a look that failed must not end the watch
+                    log.warning("cluster_look_failed", error=f"{type(exc).__name__}: {exc}")
             self._stop.wait(self.interval)

@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sparkwarden import __version__
 from sparkwarden.adapters.host import Host
-from sparkwarden.base.containers import (
-    UP_STATUSES,
-    ContainerState,
-    command_line,
-    voice_to_quiet,
-)
+from sparkwarden.base.containers import UP_STATUSES, ContainerState, command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
 
 if TYPE_CHECKING:

@@ -375,12 +375,12 @@ class _ClusterRun:
             if "now" in self.stopped.get(node.name, {})
         }
 
-        def look(node: ClusterNode) -> dict[str, Any]:
+        def look_again(node: ClusterNode) -> dict[str, Any]:
             answer = self.call(node, "inspect", Params(node.engine, node.voice), 0.0)
             return {e.get("name"): e.get("status") for e in answer.get("engines", [])}
 
         again = [node for node in self.cluster.nodes if node.name not in read]
-        looked, unanswered = fan_out(again, look)
+        looked, unanswered = fan_out(again, look_again)
         now = {**read, **looked}
         up = [
             f"still up {node}: {name}"

@@ -85,6 +85,15 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             for step in run["steps"]
             if step["name"] == "preflight" and "seconds" in step["detail"]
         ]
+        # where a restart's seconds go: each step as the journal timed it, and what the
+        # process spends outside the run (start-up, lock, journal, closing the SSH links)
+        restarts = [run for run in runs if run["result"] == "ok" and run["duration_s"]]
+        took: dict[str, list[float]] = {}
+        for run in restarts:
+            for step in run["steps"]:
+                took.setdefault(step["name"], []).append(step["duration_s"])
+        steps = {name: spread(seconds) for name, seconds in took.items()}
+        outside = [o - run["duration_s"] for o, run in zip(ours, reversed(restarts), strict=False)]
         look = [timed(*engine.argv("cluster", "status")) for _ in range(5)]
         # the everyday status with [cluster]: every node too (1: no daemon on the bench's head)
         status = [timed(*engine.argv("status"), code=1) for _ in range(5)]
@@ -97,6 +106,11 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         engine.close()
         kit.close()
     diffs = [o - b for o, b in zip(ours, plain, strict=True)]
+    print("a cluster restart's seconds, median (max) of each step as the journal timed it:")
+    for name, figures in steps.items():
+        print(f"  {name:<16} {figures['median']:6.2f} ({figures['max']:.2f})")
+    if outside:
+        print(f"  outside the run  {statistics.median(outside):6.2f} ({max(outside):.2f})")
     return {
         "preflight": spread(preflight),
         "preflight_in_run": spread(inside),
@@ -105,6 +119,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "bare": spread(plain),
         "overhead": spread(diffs),
         "ratio_of_medians": statistics.median(ours) / statistics.median(plain),
+        "steps": steps,
+        "outside_run": spread(outside) if outside else {},
         "status_look": spread(look),
         "status_on_head": spread(status),
         "dead_worker_detected_s": detection,

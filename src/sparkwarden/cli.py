@@ -177,13 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.log_level = getattr(args, "log_level", None)
     if args.command == "status":
         return _status(args)
-    from sparkwarden.base import logs
-
-    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
-    if args.command == "node":  # the head passes all it needs: no config, no schema to import
+    if args.command == "node":  # the head passes all it needs: no config, schema nor logger
         from sparkwarden.actions import node as node_action
 
         return node_action.node(args)
+    from sparkwarden.base import logs
+
+    logs.setup(args.log_level or ("info" if args.command == "run" else "warning"))
     from sparkwarden.base.errors import ConfigError, SparkwardenError
     from sparkwarden.config import schema as config_mod
     from sparkwarden.config import secrets

@@ -4,6 +4,8 @@ fake link (the real one over SSH: test_cluster_docker.py)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -81,7 +83,7 @@ class FakeLink:
         if verb == "stop":
             for engine in engines.values():
                 engine["status"] = "exited"
-            return {"stopped": list(engines)}
+            return {"stopped": list(engines), "now": {n: e["status"] for n, e in engines.items()}}
         if verb == "drop":
             if node.name in self.low_memory:
                 raise NodeFailed(node.name, "memory did not come back: 20.0 GiB available")
@@ -133,6 +135,80 @@ def test_healthy_run_stops_head_first_starts_workers_first(tmp_path: Path) -> No
     assert [s.name for s in record.steps] == list(STEPS)
     drop = next(s for s in record.steps if s.name == "drop_caches")
     assert set(drop.detail["nodes"]) == {"head", "w1"}  # each node's figures
+
+
+def test_a_worker_is_asked_once_per_step_its_stop_answer_is_the_confirming_look(
+    tmp_path: Path,
+) -> None:
+    """Each call to a worker is an SSH round trip and a Python start on it: confirm_stopped
+    reads the worker's engines from its stop answer (read after its docker stop), and looks
+    at the head, stopped before it, again."""
+    link = FakeLink()
+    outcome, journal, _ = run(tmp_path, link)
+    assert outcome.ok, outcome.error
+    assert [v for n, v in link.calls if n == "w1"] == [
+        "inspect",
+        "stop",
+        "drop",
+        "start",
+        "inspect",
+    ]
+    assert link.calls[link.calls.index(("w1", "stop")) + 1] == ("head", "inspect")
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    confirm = next(s for s in record.steps if s.name == "confirm_stopped")
+    assert confirm.detail["nodes"] == {"head": {"vllm-head": "exited"}, "w1": {"vllm-w1": "exited"}}
+    assert confirm.detail["read_at_stop"] == ["w1"]
+
+
+def test_confirm_stopped_fails_on_what_a_stop_answer_says_is_up(tmp_path: Path) -> None:
+    link = FakeLink()
+    original = link.call
+
+    def came_back(node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
+        answer = original(node, verb, params, timeout)
+        if verb == "stop" and node.name == "w1":
+            answer["now"] = {"vllm-w1": "restarting"}
+        return answer
+
+    link.call = came_back  # type: ignore[method-assign]
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.failed_step == "confirm_stopped"
+    assert outcome.error == "still up w1: vllm-w1"
+    assert link.verbs("drop") == [] and link.verbs("start") == []
+
+
+def test_a_stop_answer_without_its_read_gets_a_look_of_its_own(tmp_path: Path) -> None:
+    """A worker's older sparkwarden answers its stop without ``now``: it is inspected again."""
+    link = FakeLink()
+    original = link.call
+
+    def older(node: ClusterNode, verb: str, params: Params, timeout: float) -> dict[str, Any]:
+        answer = original(node, verb, params, timeout)
+        if verb == "stop":
+            answer.pop("now")
+        return answer
+
+    link.call = older  # type: ignore[method-assign]
+    outcome, _, _ = run(tmp_path, link)
+    assert outcome.ok, outcome.error
+    assert [v for n, v in link.calls if n == "w1"][1:3] == ["stop", "inspect"]
+
+
+def test_node_verbs_import_only_what_they_use() -> None:
+    """``sparkwarden node VERB`` is a fresh Python on a worker for every step: no logger but for
+    drop (structlog about 0.2 s), no Docker SDK for drop (about 0.2 s), never the schema."""
+    code = (
+        "import contextlib, io, sys\n"
+        "import sparkwarden.actions.node\n"
+        "print(sorted(m for m in ('docker', 'structlog') if m in sys.modules))\n"
+        "from sparkwarden.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['node', 'resume', '--json'])\n"
+        "print(sorted(m for m in ('structlog', 'pydantic', 'httpx') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.stdout.splitlines() == ["[]", "[]"], out.stdout + out.stderr
 
 
 def test_unreachable_node_at_preflight_touches_nothing(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 Each verb acts on this host's Docker and /proc only and returns its figures as one dict (the
 JSON line the head reads); the head decides the order, this side only does and measures.
+Each call is a fresh process on a worker, started over SSH for every step: a verb imports only
+what it uses (``drop`` no Docker client, the others no logger).
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkwarden import __version__
-from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
-from sparkwarden.base.containers import ContainerState, command_line, voice_to_quiet
+from sparkwarden.base.containers import UP_STATUSES, ContainerState, command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
-from sparkwarden.restart.memory_gate import drop_until
+
+if TYPE_CHECKING:
+    from sparkwarden.adapters.docker_engine import DockerEngine
 
 
 def inspect(
@@ -103,7 +106,8 @@ def stop(
     monotonic: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """``docker stop`` each engine container that is up; then every one must be down (a
-    launcher's ``--rm`` container is gone: "missing")."""
+    launcher's ``--rm`` container is gone: "missing"). ``now``: each one's state read last, after
+    every stop on this node, which the head's ``confirm_stopped`` takes as its look here."""
     stopped: dict[str, Any] = {}
     for name in engines:
         state = _state(docker, name)
@@ -120,10 +124,11 @@ def stop(
             "exit_code": after.exit_code if after else None,
             "status": after.status if after else "missing",
         }
-    still = [name for name in engines if (state := _state(docker, name)) and state.up]
+    now = {name: status_of(docker, name) for name in engines}
+    still = [name for name, status in now.items() if status in UP_STATUSES]
     if still:
         raise StepFailed("stop", f"still up after docker stop: {', '.join(still)}", stopped)
-    return {"stopped": stopped}
+    return {"stopped": stopped, "now": now}
 
 
 def drop(
@@ -135,6 +140,8 @@ def drop(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Sync and drop caches until this node's memory clears the gate (StepFailed if never)."""
+    from sparkwarden.restart.memory_gate import drop_until  # it logs: structlog, drop only
+
     summary, figures = drop_until(host, gate_gib, wait, interval, monotonic, sleep, step="drop")
     return {"summary": summary, **figures}
 
@@ -177,10 +184,13 @@ class Params:
 
 
 def perform(verb: Verb, params: Params) -> dict[str, Any]:
-    """Run one verb on this host. ``drop`` needs no Docker, so it does not open a client."""
+    """Run one verb on this host. ``drop`` needs no Docker: it neither imports nor opens a
+    client (the Docker SDK takes about 0.2 s to import)."""
     host = Host()
     if verb == "drop":
         return drop(host, params.gate_gib, params.wait, params.interval)
+    from sparkwarden.adapters.docker_engine import DockerEngine
+
     docker = DockerEngine()
     try:
         if verb == "inspect":

@@ -393,6 +393,13 @@ def test_preflight_problems_name_each_node() -> None:
     assert preflight_problems([view("head", "head"), view("w1", "worker")]) == []
     missing = view("w1", "worker", "missing")
     assert preflight_problems([view("head", "head"), missing]) == ["w1: no container named e-w1"]
+    older = view("w1", "worker")
+    assert older.answer is not None
+    older.answer["version"] = "0.0.9"  # a node not upgraded with the others
+    assert preflight_problems([view("head", "head"), older]) == [
+        "sparkwarden's version differs between nodes (install the same one everywhere): "
+        "0.1 on head; 0.0.9 on w1"
+    ]
 
 
 def test_ssh_command_line_is_batch_with_a_connect_timeout(tmp_path: Path) -> None:

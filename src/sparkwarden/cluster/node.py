@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from sparkwarden import __version__
 from sparkwarden.adapters.host import Host
 from sparkwarden.base.containers import UP_STATUSES, ContainerState, command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
+from sparkwarden.base.version import version
 
 if TYPE_CHECKING:
     from sparkwarden.adapters.docker_engine import DockerEngine
@@ -32,7 +32,7 @@ def inspect(
     memory = host.memory()
     return {
         "host": socket.gethostname(),
-        "version": __version__,
+        "version": version(),
         "engines": [engine_view(docker, name) for name in engines],
         "voice": {name: status_of(docker, name) for name in voice},
         "memory": {

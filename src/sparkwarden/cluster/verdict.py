@@ -66,6 +66,14 @@ def preflight_problems(views: list[NodeView], missing_ok: bool = False) -> list[
         memory = view.answer.get("memory") or {}
         if not isinstance(memory.get("available_gib"), int | float):
             problems.append(f"{view.name}: its memory could not be read")
+    versions = {str(v.answer.get("version")) for v in views if v.answer and v.answer.get("version")}
+    if len(versions) > 1:
+        problems.append(
+            "sparkwarden's version differs between nodes (install the same one everywhere): "
+            + "; ".join(
+                f"{v.answer.get('version')} on {v.name}" for v in views if v.answer is not None
+            )
+        )
     if len(images) > 1:
         problems.append(
             "the engine's image differs between nodes: "

@@ -285,6 +285,20 @@ def run_record(result: str, started: float, ended: float | None, **plan: float) 
         # ... or just after the run's start (a start brings no kill), or a start during its stop
         ((run_record("interrupted", T, T + 900, llm_started_at=T + 200),), "kill", T + 201, True),
         ((run_record("interrupted", T, T + 900, llm_stopped_at=T + 5),), "start", T + 6, True),
+        # an operator's stop after the run's own stop returned and it started the engine again
+        # (killed at start_llm): theirs, though within the stop window of the run's stop
+        (
+            (run_record("interrupted", T, T + 900, llm_stopped_at=T + 5, llm_started_at=T + 6),),
+            "kill",
+            T + 7,
+            True,
+        ),
+        (
+            (run_record("interrupted", T, T + 900, llm_stopped_at=T + 5, llm_started_at=T + 6),),
+            "die",
+            T + 5.5,
+            False,
+        ),
         ((), "die", T, True),
     ],
 )

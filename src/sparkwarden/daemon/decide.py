@@ -111,10 +111,7 @@ def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = No
     ]
 
 
-#: What a run's own ``docker stop`` brings, for up to the stop window after it was recorded,
-#: and what its ``docker start`` brings, for a few seconds: a ``die`` just after the run's
-#: start is a crash, a ``start`` during its stop is someone else's.
-_ACTS = (("llm_stopped_at", ("kill", "die", "stop")), ("llm_started_at", ("start",)))
+#: How long after a run's recorded ``docker start`` its ``start`` event may come.
 _START_WINDOW = 5.0
 
 
@@ -128,11 +125,21 @@ def ours(name: str, action: str, t: float, runs: Sequence[RunRecord], stop_windo
         if run.container != name or t < run.started_at:
             continue
         if run.result in ("interrupted", "running"):
-            for key, actions in _ACTS:
-                at = run.plan.get(key)
-                window = stop_window if key == "llm_stopped_at" else _START_WINDOW
-                if action in actions and at is not None and float(at) <= t <= float(at) + window:
+            stopped, started = run.plan.get("llm_stopped_at"), run.plan.get("llm_started_at")
+            if stopped is not None and action in ("kill", "die", "stop"):
+                # its stop brings these for up to the stop window, and never after its start
+                # (the run starts only once its stop has returned)
+                end = float(stopped) + stop_window
+                if started is not None:
+                    end = min(end, float(started))
+                if float(stopped) <= t <= end:
                     return True
+            if (
+                action == "start"
+                and started is not None
+                and float(started) <= t <= float(started) + _START_WINDOW
+            ):
+                return True
         elif t <= (run.ended_at or run.started_at):
             return True
     return False

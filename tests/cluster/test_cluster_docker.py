@@ -41,6 +41,25 @@ def engine(kit: ClusterKit, tmp_path: Path) -> Iterator[Engine]:
     engine.close()
 
 
+def cut_after_stop_workers(kit: ClusterKit, engine: Engine) -> None:
+    """A ``cluster restart`` on the head killed (-9, by its pid) once every rank is stopped and
+    the worker's voice paused, before its stop_workers step is recorded."""
+    faults = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": "stop_workers"}
+    run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=faults, background=True)
+    assert isinstance(run, subprocess.Popen)
+    worker = engine.stages["w1"]
+    deadline = time.monotonic() + 60
+    while not (
+        worker.status(engine.worker) == "exited" and worker.status(engine.voice[0]) == "paused"
+    ):
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.2)
+    time.sleep(0.5)  # held after stop_workers acted, before it is recorded
+    run.kill()
+    run.communicate()
+    end_shared_ssh(kit, run.pid)
+
+
 def test_healthy_cluster_restarted_as_one_over_ssh(engine: Engine) -> None:
     ids = {
         n: engine.stages[n].attrs(c)["Id"]
@@ -97,19 +116,7 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
     try:
         engine.wait_serving()
         stages = engine.stages
-        faults = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": "stop_workers"}
-        run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=faults, background=True)
-        assert isinstance(run, subprocess.Popen)
-        deadline = time.monotonic() + 60
-        while stages["w1"].status(engine.voice[0]) != "paused" or (
-            stages["w1"].status(engine.worker) != "exited"
-        ):
-            assert time.monotonic() < deadline and run.poll() is None
-            time.sleep(0.2)
-        time.sleep(0.5)  # held after stop_workers acted, before it is recorded
-        run.kill()  # sparkwarden on the head dies mid-run, by its pid
-        run.communicate()
-        end_shared_ssh(kit, run.pid)
+        cut_after_stop_workers(kit, engine)
 
         log = tmp_path / "daemon.log"  # a file: a pipe nobody reads would fill and block it
         redirect = 'exec "$@" >"$0" 2>&1'
@@ -303,21 +310,8 @@ def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_p
     engine = Engine(kit, tmp_path, worker_voice=True)
     try:
         engine.wait_serving()
-        faults = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": "stop_workers"}
-        run = kit.head.docker.run(*engine.argv("cluster", "restart"), env=faults, background=True)
-        assert isinstance(run, subprocess.Popen)
+        cut_after_stop_workers(kit, engine)
         stages = engine.stages
-        deadline = time.monotonic() + 60
-        while not (
-            stages["w1"].status(engine.worker) == "exited"
-            and stages["w1"].status(engine.voice[0]) == "paused"
-        ):
-            assert time.monotonic() < deadline and run.poll() is None
-            time.sleep(0.2)
-        time.sleep(0.5)  # held after stop_workers acted, before it is recorded
-        run.kill()  # sparkwarden on the head dies mid-run, by its pid
-        run.communicate()
-        end_shared_ssh(kit, run.pid)
         assert engine.status()["state"] == "down"
         result = engine.cli("cluster", "restart")
         assert result.returncode == 0, result.stdout + result.stderr

@@ -19,6 +19,13 @@ Several nodes as one engine (``--nnodes``, vLLM's own multi-node mode): rank 0 k
 closed until every other rank joined; a rank lost later makes requests hang, then the engine
 die, while ``/health`` stays 200; a ``--headless`` rank outlives its head and never rejoins.
 
+With ``--distributed-executor-backend ray`` (a Ray cluster, see ``ray_standin.py``) the engine
+finds its cluster as ``ray.init()`` does and keeps its port closed until the cluster has one GPU
+(one Spark) per rank of ``--tensor-parallel-size`` x ``--pipeline-parallel-size``, logging vLLM's
+"Waiting for creating a placement group" (and failing after 1800 s, ``PG_WAIT_TIMEOUT``); a node
+of its placement group dying ends the engine at once ("RayWorkerProc rank=... died unexpectedly,
+shutting down executor.", vllm/v1/executor/ray_executor_v2.py 0.33.0), and so does its GCS going.
+
 Answers take ``--token-delay`` per token and stream (``"stream": true``) as vLLM's SSE chunks, so
 requests are really in flight and counted in ``num_requests_running``.
 
@@ -1018,6 +1025,94 @@ class Ranks:
         os._exit(1)
 
 
+# --- a Ray cluster (--distributed-executor-backend ray) -----------------------------------
+#
+# vLLM 0.33 (vllm/v1/executor/ray_utils.py ``initialize_ray_cluster``): ``ray.init(address=None)``
+# joins the cluster ``ray start`` left on this node (else it starts a lone local one), then
+# waits for a placement group of one GPU bundle per rank, up to PG_WAIT_TIMEOUT (1800 s), logging
+# every 10, 20, 40... s. Once serving, ray_executor_v2's RayWorkerMonitor shuts the executor down
+# as soon as a worker's actor dies (its node gone), and the API server exits with it.
+
+
+class RayPlacement:
+    """The engine's placement group on a Ray cluster: one node per rank, watched for deaths."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.world = args.tensor_parallel_size * args.pipeline_parallel_size
+        self.placed: list[str] = []
+
+    def gather(self) -> None:
+        """Block until the cluster has a node per rank (the API port stays closed meanwhile)."""
+        address = ray_address()
+        if address is None:
+            print("No existing Ray instance: started a local one (this node's GPU)", flush=True)
+            self._wait(lambda: ["local"])
+            return
+        host, _, port = address.rpartition(":")
+        conn = socket.create_connection((host, int(port)), timeout=10)
+        conn.settimeout(None)
+        conn.sendall(b"watch\n")
+        lines = conn.makefile("r")
+        nodes: list[str] = []
+
+        def latest() -> list[str]:
+            return nodes
+
+        def read() -> None:
+            for line in lines:
+                words = line.split()
+                if words and words[0] == "nodes":
+                    nodes[:] = words[1:]
+                elif words and words[0] == "dead" and words[1] in self.placed:
+                    rank = self.placed.index(words[1])
+                    self._die(
+                        f"RayWorkerProc rank=[{rank}] died unexpectedly, shutting down executor."
+                    )
+            self._die("Ray's GCS is gone (its head stopped): the engine cannot run")
+
+        print(f"Connecting to existing Ray cluster at address: {address}", flush=True)
+        threading.Thread(target=read, daemon=True).start()
+        self._wait(latest)
+
+    def _wait(self, nodes: Callable[[], list[str]]) -> None:
+        began, report = time.monotonic(), 10.0
+        while len(nodes()) < self.world:
+            waited = time.monotonic() - began
+            if waited >= self.args.pg_timeout:
+                self._die(
+                    f"ValueError: Cannot provide a placement group requiring {self.world} GPUs "
+                    f"within {self.args.pg_timeout:g} seconds."
+                )
+            if waited >= report:
+                report *= 2
+                print(
+                    f"Waiting for creating a placement group of specs for {int(waited)} seconds. "
+                    f"specs={[{'GPU': 1.0}] * self.world}. Check `ray status`",
+                    flush=True,
+                )
+            time.sleep(0.1)
+        self.placed = nodes()[: self.world]
+        print(f"placement group ready: ranks on {', '.join(self.placed)}", flush=True)
+
+    @staticmethod
+    def _die(said: str) -> None:
+        print(said, flush=True)
+        print("EngineCore died; the API server exits", flush=True)
+        os._exit(1)
+
+
+def ray_address() -> str | None:
+    """Where ``ray.init()`` without an address connects: RAY_ADDRESS, then the file ``ray start``
+    wrote on this node."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    with contextlib.suppress(OSError):
+        folder = Path(os.environ.get("RAY_TMPDIR", "/tmp/ray"))
+        return (folder / "ray_current_cluster").read_text().strip() or None
+    return None
+
+
 def headless(args: argparse.Namespace) -> None:
     """A rank without an API: joins its head, then outlives it, never rejoining."""
     where = (args.master_addr, args.master_port)
@@ -1150,6 +1245,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=300.0,
         help="VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: a lost rank hangs requests this long, then kills",
     )
+    ray = p.add_argument_group("a Ray cluster (--distributed-executor-backend ray)")
+    ray.add_argument("--distributed-executor-backend", default=None)
+    ray.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    ray.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    ray.add_argument(
+        "--pg-timeout", type=float, default=1800.0, help="vLLM's PG_WAIT_TIMEOUT (a constant)"
+    )
     p.add_argument("--verbose", action="store_true")
     # Real vLLM flags (--gpu-memory-utilization, --speculative-config, ...) are accepted and
     # ignored, so doctor's tests can give a stand-in the command line of a real server.
@@ -1222,6 +1324,8 @@ def main(argv: list[str]) -> None:
     ranks = Ranks(args) if args.nnodes > 1 else None
     if ranks is not None:
         ranks.gather()
+    if args.distributed_executor_backend == "ray":
+        RayPlacement(args).gather()
     engine = Engine(args)
     engine.ranks = ranks
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args))

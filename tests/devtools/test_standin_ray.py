@@ -1,0 +1,132 @@
+"""The stand-in Ray cluster behaves as Ray and vLLM's Ray executor are documented to: the engine
+finds the cluster ``ray start --head`` left on its node and waits for a node per rank; a worker
+joins only a GCS that is up (retried meanwhile); a dead worker ends the engine at once; a worker
+outlives its head only for the reconnect timeout, then exits, never joining a new head.
+Processes on loopback, ended by PID; Ray's temp dir is the test's own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devtools.standin.stage import STANDIN_DIR, free_port
+
+
+class RayProcs:
+    """A Ray head, its workers and a ``vllm serve --distributed-executor-backend ray``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port, self.gcs = free_port(), free_port()
+        self.logs = tmp_path
+        self.env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")}
+        self.env["RAY_gcs_rpc_server_reconnect_timeout_s"] = "1"
+        self.env.pop("RAY_ADDRESS", None)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def run(self, name: str, script: str, *args: str) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-u", str(STANDIN_DIR / script), *args]
+        with (self.logs / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def head(self) -> subprocess.Popen[bytes]:
+        return self.run(
+            "ray-head", "ray_standin.py", "start", "--head", "--port", str(self.gcs), "--block"
+        )
+
+    def worker(self, name: str = "w1") -> subprocess.Popen[bytes]:
+        address = f"--address=127.0.0.1:{self.gcs}"
+        return self.run(
+            name, "ray_standin.py", "start", "--block", address, "--node-ip-address", name
+        )
+
+    def engine(self, tp: int = 2) -> subprocess.Popen[bytes]:
+        return self.run(
+            "vllm",
+            "vllm_standin.py",
+            *("--host", "127.0.0.1", "--port", str(self.port)),
+            *("--distributed-executor-backend", "ray", "-tp", str(tp), "--pg-timeout", "3"),
+        )
+
+    def health(self) -> int | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code
+        except httpx.ConnectError:
+            return None
+
+    def wait_health(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.health() != 200:
+            assert time.monotonic() < deadline, self.log("vllm")
+            time.sleep(0.1)
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text()
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def ray(tmp_path: Path) -> Iterator[RayProcs]:
+    procs = RayProcs(tmp_path)
+    yield procs
+    procs.close()
+
+
+def test_the_engine_waits_for_a_node_per_rank_on_the_cluster_ray_start_left(ray: RayProcs) -> None:
+    ray.head()
+    time.sleep(0.5)
+    engine = ray.engine(tp=2)
+    time.sleep(1.0)
+    assert ray.health() is None  # one node (the head) of two: its port stays closed
+    ray.worker()
+    ray.wait_health()
+    assert f"existing Ray cluster at address: 127.0.0.1:{ray.gcs}" in ray.log("vllm")
+    assert "ranks on" in ray.log("vllm") and "w1" in ray.log("vllm")
+    assert engine.poll() is None
+
+
+def test_without_enough_nodes_the_placement_group_times_out(ray: RayProcs) -> None:
+    ray.head()
+    time.sleep(0.5)
+    engine = ray.engine(tp=2)
+    assert engine.wait(timeout=15) == 1
+    assert "Cannot provide a placement group requiring 2 GPUs" in ray.log("vllm")
+    assert ray.health() is None
+
+
+def test_a_dead_worker_ends_the_engine_at_once(ray: RayProcs) -> None:
+    ray.head()
+    worker = ray.worker()
+    engine = ray.engine(tp=2)
+    ray.wait_health()
+    worker.kill()
+    worker.wait()
+    assert engine.wait(timeout=5) == 1
+    assert "RayWorkerProc rank=[1] died unexpectedly" in ray.log("vllm")
+
+
+def test_a_worker_waits_for_a_head_not_yet_up_but_never_joins_a_new_one(ray: RayProcs) -> None:
+    worker = ray.worker()
+    time.sleep(1.0)
+    head = ray.head()  # after the worker: it was retried and joins
+    engine = ray.engine(tp=2)
+    ray.wait_health()
+    assert "joined the cluster" in ray.log("w1")
+    head.kill()
+    head.wait()
+    assert engine.wait(timeout=5) == 1  # its GCS gone, the engine ends
+    assert worker.wait(timeout=10) == 1  # after the reconnect timeout (1 s here)
+    assert "failed to reconnect to the GCS" in ray.log("w1")

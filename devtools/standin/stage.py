@@ -127,6 +127,12 @@ class Stage:
         self._create(name, command, start=start, **create)
         return name
 
+    def command(self, role: str, command: list[str], start: bool = True, **create: Any) -> str:
+        """A container running ``command`` on the stand-in image (a Ray node, ...); its name."""
+        name = self.name(role)
+        self._create(name, command, start=start, **create)
+        return name
+
     def _create(self, name: str, command: list[str], start: bool, **create: Any) -> None:
         image = create.pop("image", None) or ensure_image(self.client)
         volumes = {**_volumes(), **create.pop("volumes", {})}

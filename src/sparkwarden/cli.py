@@ -157,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--gate-gib", type=float, default=60.0, help="drop: GiB to wait for")
     node.add_argument("--wait", type=_duration, default=180.0, help="drop: for at most")
     node.add_argument("--interval", type=_duration, default=5.0, help="drop: between drops")
+    node.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="inspect: a running engine container with no vLLM process in it is idle",
+    )
     node.add_argument("--json", action="store_true", help="one JSON line (always)")
 
     doctor = command("doctor", "check the host and the containers for known traps")

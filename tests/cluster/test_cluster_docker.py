@@ -5,7 +5,9 @@ multi-node stand-in (rank 0 on the head, a headless rank on the worker)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,8 +21,15 @@ import pytest
 from devtools.standin.stage import free_port, skeleton
 from sparkwarden.base import faults
 from sparkwarden.cluster.link import CONTROL_PREFIX
-from sparkwarden.cluster.sequence import STEPS
-from tests.kits.clusterkit import ClusterKit, Engine, LauncherEngine, Node, end_shared_ssh
+from sparkwarden.cluster.sequence import RAY_STEPS, STEPS
+from tests.kits.clusterkit import (
+    ClusterKit,
+    Engine,
+    LauncherEngine,
+    Node,
+    RayEngine,
+    end_shared_ssh,
+)
 from tests.kits.commands import ROOT
 
 DOCS = ROOT / "docs" / "clusters.md"
@@ -39,6 +48,52 @@ def engine(kit: ClusterKit, tmp_path: Path) -> Iterator[Engine]:
     engine.wait_serving()
     yield engine
     engine.close()
+
+
+class HeadDaemon:
+    """``sparkwarden run`` on the head, its output in a file (a pipe nobody reads would fill
+    and block it)."""
+
+    def __init__(self, kit: ClusterKit, engine: Engine, log: Path) -> None:
+        self.engine, self.log = engine, log
+        redirect = 'exec "$@" >"$0" 2>&1'
+        proc = kit.head.docker.run(
+            "sh", "-c", redirect, str(log), *engine.argv("run"), background=True
+        )
+        assert isinstance(proc, subprocess.Popen)
+        self.proc = proc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def said(self) -> str:
+        """Its log so far (nothing before its shell made the file)."""
+        return self.log.read_text() if self.log.exists() else ""
+
+    def wait_said(self, event: str, timeout: float = 60) -> None:
+        """Until its log has said ``event`` (e.g. it adopted the engine it watches)."""
+        deadline = time.monotonic() + timeout
+        while f'"event": "{event}"' not in self.said():
+            assert time.monotonic() < deadline and self.alive(), self.said()[-3000:]
+            time.sleep(0.3)
+
+    def wait_restarted(self, node: str, name: str, before: str) -> None:
+        """Until ``name`` on ``node`` has started again (it started at ``before``) and the
+        cluster serves, its run a crash's, ended ok."""
+        deadline = time.monotonic() + 120
+        while self.engine.started_at(node, name) == before:
+            assert time.monotonic() < deadline and self.alive(), self.said()[-3000:]
+            time.sleep(0.5)
+        assert self.engine.wait_serving(timeout=60)["state"] == "serving"
+        runs = json.loads(self.engine.cli("history", "--json").stdout)
+        assert runs[0]["reason"] == "crash" and runs[0]["result"] == "ok", runs[0]
+
+    def stop(self) -> str:
+        """Ended by its pid; no shared SSH connection of its own outlives it. Its log."""
+        self.proc.terminate()
+        self.proc.communicate(timeout=60)
+        assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{self.proc.pid}-*"))
+        return self.said()
 
 
 def cut_after_stop_workers(kit: ClusterKit, engine: Engine) -> None:
@@ -118,16 +173,11 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         stages = engine.stages
         cut_after_stop_workers(kit, engine)
 
-        log = tmp_path / "daemon.log"  # a file: a pipe nobody reads would fill and block it
-        redirect = 'exec "$@" >"$0" 2>&1'
-        daemon = kit.head.docker.run(
-            "sh", "-c", redirect, str(log), *engine.argv("run"), background=True
-        )
-        assert isinstance(daemon, subprocess.Popen)
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon.log")
         assert engine.wait_serving(timeout=120)["state"] == "serving"
         deadline = time.monotonic() + 60  # the repair run's last step: the cut run's pause undone
         while stages["w1"].status(engine.voice[0]) != "running":
-            assert time.monotonic() < deadline and daemon.poll() is None
+            assert time.monotonic() < deadline and daemon.alive()
             time.sleep(0.3)
         runs = json.loads(engine.cli("history", "--json").stdout)
         assert [(r["reason"], r["result"]) for r in runs[:2]] == [
@@ -138,12 +188,8 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         before = engine.started_at("w1", engine.worker)
         stages["w1"].client.containers.get(engine.worker).kill()
         deadline = time.monotonic() + 120
-        while engine.started_at("w1", engine.worker) == before:
-            assert time.monotonic() < deadline and daemon.poll() is None
-            time.sleep(0.5)
-        assert engine.wait_serving(timeout=60)["state"] == "serving"
+        daemon.wait_restarted("w1", engine.worker, before)
         runs = json.loads(engine.cli("history", "--json").stdout)
-        assert runs[0]["reason"] == "crash" and runs[0]["result"] == "ok", runs[0]
         assert [s["name"] for s in runs[0]["steps"]] == list(STEPS)
         status = json.loads(engine.cli("status", "--json").stdout)
         assert status["cluster_watch"]["state"] in ("serving", "crashed"), status
@@ -164,13 +210,8 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
             assert time.monotonic() < deadline, result.stdout + result.stderr
             time.sleep(0.5)
     finally:
-        if daemon is not None:
-            daemon.terminate()  # the daemon this test started, by its pid
-            daemon.communicate(timeout=60)
+        said = daemon.stop() if daemon is not None else ""
         engine.close()
-    said = log.read_text()  # the daemon's log lines
-    assert daemon is not None  # and no shared SSH connection of its own outlives it
-    assert not list(Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}{daemon.pid}-*"))
     assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
@@ -393,7 +434,66 @@ def test_launcher_set_up_restarted_with_its_own_launcher(kit: ClusterKit, tmp_pa
         }
         assert all(after[n] != before[n] for n in after)  # new --rm containers, by the launcher
         assert engine.wait_serving()["state"] == "serving"
+
+        # the worker's rank dies inside its idling container (eugr#257): the container runs on
+        top = kit.node("w1").client().containers.get(engine.worker).top(ps_args="-ww -eo pid,args")
+        pid, cmd = top["Titles"].index("PID"), top["Titles"].index("COMMAND")
+        (rank,) = [int(row[pid]) for row in top["Processes"] if "vllm_standin" in row[cmd]]
+        os.kill(rank, signal.SIGKILL)  # the rank the test's launcher started, by its pid
+        state = engine.status()
+        assert state["state"] == "crashed" and state["head_health"] == "up", state
+        assert state["problems"] == [f"w1: {engine.worker} is idle"], state
+        assert engine.cli("cluster", "restart").returncode == 0
+        assert engine.wait_serving()["state"] == "serving"
     finally:
+        engine.close()
+
+
+def test_ray_set_up_restarted_head_first_and_a_dead_worker_restarts_all(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    """A Ray cluster of containers: doctor names it; a restart starts the head's container
+    (Ray's GCS and the engine) before the worker's, which joins it, the same containers. Then
+    the daemon: a worker's container killed ends the engine on the head at once (vLLM's Ray
+    executor), and the whole cluster is restarted as one, head first again."""
+    engine = RayEngine(
+        kit,
+        tmp_path,
+        cluster={"watch_interval": "1s"},
+        watch={"interval": "1s"},
+        control={"socket": str(tmp_path / "control.sock"), "group": ""},
+    )
+    daemon = None
+    nodes = (("head", engine.head), ("w1", engine.worker))
+    try:
+        engine.wait_serving(timeout=60)
+        doctor = engine.cli("doctor").stdout
+        assert "cluster: sees the ray set-up on every node (2 nodes)" in doctor, doctor
+        assert "cluster: Ray set-up complete on 2 nodes" in doctor, doctor
+        assert "ERROR   cluster" not in doctor, doctor
+        ids = {n: engine.stages[n].attrs(c)["Id"] for n, c in nodes}
+        result = engine.cli("cluster", "restart")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert re.findall(r"\] (\w+)\s+ok", result.stdout) == list(RAY_STEPS)
+        assert {n: engine.stages[n].attrs(c)["Id"] for n, c in nodes} == ids
+        started = {n: engine.started_at(n, c) for n, c in nodes}
+        assert started["head"] < started["w1"], started  # ISO times of one clock: the GCS first
+        head_log = engine.stages["head"].client.containers.get(engine.head).logs().decode()
+        assert head_log.count("joined (2 alive)") == 2, head_log[-2000:]  # the fresh worker, too
+        assert engine.wait_serving()["state"] == "serving"
+
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon.log")
+        daemon.wait_said("engine_adopted")  # it has seen the engine serving: a death is a crash
+        engine.stages["w1"].client.containers.get(engine.worker).kill()
+        daemon.wait_restarted("w1", engine.worker, started["w1"])
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        assert [s["name"] for s in runs[0]["steps"]] == list(RAY_STEPS)
+        assert {n: engine.stages[n].attrs(c)["Id"] for n, c in nodes} == ids
+        head_log = engine.stages["head"].client.containers.get(engine.head).logs().decode()
+        assert "RayWorkerProc rank=[1] died unexpectedly" in head_log, head_log[-2000:]
+    finally:
+        if daemon is not None:
+            daemon.stop()
         engine.close()
 
 

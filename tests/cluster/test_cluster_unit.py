@@ -4,6 +4,7 @@ fake link (the real one over SSH: test_cluster_docker.py)."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from sparkwarden.base.errors import ConfigError
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
 from sparkwarden.cluster.node import Params
-from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster
+from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster, steps
 from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
@@ -369,12 +370,60 @@ def test_doctor_sees_the_native_set_up_and_what_it_lacks() -> None:
     assert "w1: a worker without --headless" in error and "without --master-addr" in error
 
 
-def test_doctor_names_ray_and_launcher_set_ups_not_driven() -> None:
-    ray = ["/bin/bash", "-c", "ray start --block --head --port=6379"]
-    views = [node("head", "head", ray), node("w1", "worker", ["ray", "start", "--address=h:6379"])]
-    findings = said(check_setup(views, "native"))
+SERVE = "exec vllm serve m --distributed-executor-backend ray -tp 2"
+RAY_HEAD = ["/bin/bash", "-c", f"ray start --head --port=6379 && {SERVE}"]
+RAY_WORKER = ["ray", "start", "--block", "--address=h:6379"]
+
+
+def test_doctor_sees_the_ray_set_up_and_what_it_lacks() -> None:
+    views = [node("head", "head", RAY_HEAD), node("w1", "worker", RAY_WORKER)]
+    findings = said(check_setup(views, "ray"))
     assert ("info", "sees the ray set-up on every node (2 nodes)") in findings
-    assert ("error", "cluster.setup is 'native' but the containers show the ray set-up") in findings
+    assert ("info", "Ray set-up complete on 2 nodes") in findings
+    assert not [f for f in findings if f[0] == "error"]
+    assert ("error", "cluster.setup is 'native' but the containers show the ray set-up") in said(
+        check_setup(views, "native")
+    )
+    # NVIDIA's playbook: Ray alone in the containers, vllm serve exec'd into the head's
+    exec_d = ["/bin/bash", "-c", "ray start --block --head --port=6379"]
+    wide = ["bash", "-c", f"ray start --head && {SERVE.replace('-tp 2', '-tp 2 -pp 2')}"]
+    joinless = ["ray", "start", "--head"]
+    for head, worker, lacking in (
+        (exec_d, RAY_WORKER, "head: vllm serve is not in the head container's command"),
+        (wide, RAY_WORKER, "head: the engine asks 4 GPU(s) (tensor x pipeline parallel)"),
+        (RAY_HEAD, joinless, "w1: a worker whose container does not run ray start --address"),
+        (
+            ["bash", "-c", SERVE],
+            RAY_WORKER,
+            "head: the head's container does not run ray start --head",
+        ),
+    ):
+        views = [node("head", "head", head), node("w1", "worker", worker)]
+        (error,) = [m for s, m in said(check_setup(views, "ray")) if s == "error"]
+        assert error.startswith("Ray set-up incomplete: ") and lacking in error, error
+
+
+def test_the_ray_containers_the_docs_show_are_a_complete_set_up() -> None:
+    """docs/clusters.md's two container commands, read as doctor reads them."""
+    text = (Path(__file__).parents[2] / "docs" / "clusters.md").read_text()
+
+    def command(role: str) -> list[str]:
+        shown = re.search(rf"^{role}'s container: +(.+)$", text, re.M)
+        assert shown, role
+        return shlex.split(shown[1])
+
+    views = [node("head", "head", command("head")), node("w1", "worker", command("worker"))]
+    assert ("info", "Ray set-up complete on 2 nodes") in said(check_setup(views, "ray"))
+
+
+def test_a_ray_cluster_starts_its_head_before_the_workers_that_join_it() -> None:
+    assert steps("native") == steps("launcher") == STEPS
+    ray = steps("ray")
+    assert ray.index("start_head") < ray.index("start_workers")
+    assert sorted(ray) == sorted(STEPS) and ray[-1] == "resume_voice"
+
+
+def test_doctor_names_the_launcher_set_up() -> None:
     idle = ["sleep", "infinity"]
     views = [node("head", "head", idle, True), node("w1", "worker", idle, True)]
     assert ("info", "sees the launcher set-up on every node (2 nodes)") in said(
@@ -445,7 +494,7 @@ def test_answers_read_from_exit_code_and_json_line() -> None:
             {**TWO, "launcher": "./launch-cluster.sh"},
             'launcher is only read with setup = "launcher"',
         ),
-        ({**TWO, "setup": "ray"}, "cluster.setup"),
+        ({**TWO, "setup": "mpi"}, "cluster.setup"),
         # the daemon on the head watches llm.containers: the head's engine must be among them
         ({**TWO}, r"cluster.nodes.0.engine: the head's engine \(x\) must be in llm.containers"),
         (

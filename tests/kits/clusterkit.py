@@ -41,6 +41,8 @@ from tests.kits.commands import ROOT
 from tests.kits.privatedocker import PrivateDocker
 
 SSHD = "/usr/sbin/sshd"
+#: The field's house rule: without it doctor (rightly) says vLLM's default is too much.
+HOUSE_RULE = ("--gpu-memory-utilization", "0.8")
 #: The sparkwarden every simulated node runs (the same files: one machine).
 SPARKWARDEN = str(ROOT / ".venv" / "bin" / "sparkwarden")
 
@@ -264,6 +266,8 @@ class ClusterKit:
 class Engine:
     """One multi-node stand-in engine across the kit's nodes, and the head's config for it."""
 
+    setup = "native"
+
     def __init__(
         self,
         kit: ClusterKit,
@@ -279,33 +283,12 @@ class Engine:
         self.metrics_listen = str(sections.get("metrics", {}).get("listen", ""))
         self.port, self.master_port = free_port(), free_port()
         self.stages = {n.name: Stage(n.client()) for n in kit.nodes}
-        rank = [
-            "--nnodes",
-            str(len(kit.nodes)),
-            "--master-port",
-            str(self.master_port),
-            "--collective-timeout",
-            "2",
-            # the field's house rule: without it doctor (rightly) says vLLM's default is too much
-            "--gpu-memory-utilization",
-            "0.8",
-        ]
-        #: each worker's headless rank, by node (rank N on the N-th worker)
+        #: each worker's rank, by node (rank N on the N-th worker)
         self.workers: dict[str, str] = {}
-        for number, node in enumerate(kit.nodes[1:], start=1):
-            worker_args = [
-                *rank,
-                *("--node-rank", str(number), "--headless", "--master-addr", kit.head.address),
-            ]
-            self.workers[node.name], _ = self.stages[node.name].llm(
-                f"rank{number}", *worker_args, network_mode="host", image=worker_image
-            )
+        self.head = self._ranks(worker_image)
         self.worker = self.workers["w1"]  # the first worker, as the two-node tests name it
         self.voice = [self.stages["w1"].voice("stt")] if worker_voice else []
         self.head_voice = [self.stages["head"].voice("tts")] if head_voice else []
-        self.head, _ = self.stages["head"].llm(
-            "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
-        )
         nodes = [
             {
                 "name": "head",
@@ -334,10 +317,36 @@ class Engine:
                 "nodes": nodes,
                 "ssh_config": str(kit.ssh_config),
                 "connect_timeout": "3s",
+                "setup": self.setup,
                 **sections.pop("cluster", {}),
             },
             **sections,
         )
+
+    def _ranks(self, worker_image: str | None) -> str:
+        """vLLM's own multi-node mode: a headless rank on each worker, then rank 0 on the head
+        (which waits for them); returns the head's container."""
+        rank = [
+            "--nnodes",
+            str(len(self.kit.nodes)),
+            "--master-port",
+            str(self.master_port),
+            "--collective-timeout",
+            "2",
+            *HOUSE_RULE,
+        ]
+        for number, node in enumerate(self.kit.nodes[1:], start=1):
+            worker_args = [
+                *rank,
+                *("--node-rank", str(number), "--headless", "--master-addr", self.kit.head.address),
+            ]
+            self.workers[node.name], _ = self.stages[node.name].llm(
+                f"rank{number}", *worker_args, network_mode="host", image=worker_image
+            )
+        head, _ = self.stages["head"].llm(
+            "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
+        )
+        return head
 
     def argv(self, *args: str) -> list[str]:
         return [SPARKWARDEN, "--config", str(self.config), *args]
@@ -369,6 +378,37 @@ class Engine:
             stage.cleanup()
 
 
+class RayEngine(Engine):
+    """The same engine on a Ray cluster, as Ray's docs and vLLM's examples build one: the head's
+    container runs ``ray start --head`` and then ``vllm serve --distributed-executor-backend ray
+    -tp N`` (which waits for a node per rank); each worker's runs ``ray start --block
+    --address=HEAD``. A worker gives up on a lost head after ``reconnect`` seconds (Ray's
+    ``RAY_gcs_rpc_server_reconnect_timeout_s``, 60 by default)."""
+
+    setup = "ray"
+    reconnect = 3
+
+    def _ranks(self, worker_image: str | None) -> str:
+        gcs = self.master_port
+        serve = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
+        serve += ["--distributed-executor-backend", "ray", "-tp", str(len(self.kit.nodes))]
+        script = (
+            f"/standin/ray start --head --port={gcs} && exec {shlex.join([*serve, *HOUSE_RULE])}"
+        )
+        head = self.stages["head"].command("ray-head", ["sh", "-c", script], network_mode="host")
+        env = {"RAY_gcs_rpc_server_reconnect_timeout_s": str(self.reconnect)}
+        for number, node in enumerate(self.kit.nodes[1:], start=1):
+            join = ["/standin/ray", "start", "--block", f"--address={self.kit.head.address}:{gcs}"]
+            self.workers[node.name] = self.stages[node.name].command(
+                f"ray-worker{number}",
+                join,
+                network_mode="host",
+                environment=env,
+                image=worker_image,
+            )
+        return head
+
+
 class LauncherEngine(Engine):
     """The same two ranks made as eugr's launch-cluster.sh makes them: ``--rm`` containers
     idling, the rank ``docker exec``'d into each, workers first; started by a small launcher
@@ -381,7 +421,7 @@ class LauncherEngine(Engine):
         self.head, self.worker = f"swt-{tag}-node0", f"swt-{tag}-node1"
         rank = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
         rank += ["--nnodes", "2", "--master-port", str(self.master_port)]
-        rank += ["--collective-timeout", "2", "--gpu-memory-utilization", "0.8"]
+        rank += ["--collective-timeout", "2", *HOUSE_RULE]
         worker = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]
         self.script = tmp_path / "launch-cluster.sh"
         self.script.write_text(

@@ -18,7 +18,13 @@ def node(args: argparse.Namespace) -> int:
 
         logs.setup(args.log_level or "warning")
     params = node_steps.Params(
-        args.engine, args.voice, args.timeout, args.gate_gib, args.wait, args.interval
+        args.engine,
+        args.voice,
+        args.timeout,
+        args.gate_gib,
+        args.wait,
+        args.interval,
+        args.engine_process,
     )
     code, line = node_steps.answer_line(args.verb, params)
     print(line)

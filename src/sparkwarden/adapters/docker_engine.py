@@ -79,6 +79,17 @@ class DockerEngine:
         """The whole ``docker inspect`` of a container (for doctor's checks)."""
         return self._call(f"inspect {name}", lambda: dict(self._container(name).attrs))
 
+    def processes(self, name: str) -> list[str]:
+        """The command lines of the processes in a running container (``docker top``), whole:
+        dockerd's plain ``ps -ef`` cuts them at its terminal width (80 columns without one)."""
+
+        def top() -> list[str]:
+            listing = self._container(name).top(ps_args="-ww -eo pid,args")
+            column = list(listing.get("Titles") or []).index("COMMAND")
+            return [str(row[column]) for row in listing.get("Processes") or []]
+
+        return self._call(f"top {name}", top)
+
     def _change(self, verb: str, name: str, fn: Callable[[Any], None], wanted: str) -> None:
         """A state change; after a retry, finding the container already ``wanted`` is done."""
 

@@ -24,16 +24,27 @@ from sparkwarden.base.version import version
 if TYPE_CHECKING:
     from sparkwarden.adapters.docker_engine import DockerEngine
 
+#: A running engine container whose vLLM process is gone (``engine_process``): not up.
+IDLE = "idle"
+#: What a vLLM process's command line holds (``vllm serve``, ``python -m vllm...``).
+ENGINE_PROCESS = "vllm"
+
 
 def inspect(
-    docker: DockerEngine, host: Host, engines: list[str], voice: list[str]
+    docker: DockerEngine,
+    host: Host,
+    engines: list[str],
+    voice: list[str],
+    engine_process: bool = False,
 ) -> dict[str, Any]:
-    """Who this node is, its engine containers (image ID included), voice, and memory."""
+    """Who this node is, its engine containers (image ID included), voice, and memory.
+    ``engine_process``: a running engine container with no vLLM process in it is ``idle`` (the
+    launcher's containers idle on ``sleep infinity``: its rank, exec'd into one, may be dead)."""
     memory = host.memory()
     return {
         "host": socket.gethostname(),
         "version": version(),
-        "engines": [engine_view(docker, name) for name in engines],
+        "engines": [engine_view(docker, name, engine_process) for name in engines],
         "voice": {name: status_of(docker, name) for name in voice},
         "memory": {
             "available_gib": round(memory.available_gib, 2),
@@ -42,17 +53,22 @@ def inspect(
     }
 
 
-def engine_view(docker: DockerEngine, name: str) -> dict[str, Any]:
+def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -> dict[str, Any]:
     try:
         attrs = docker.attrs(name)
     except NoSuchContainer:
         return {"name": name, "status": "missing"}
     state = docker.inspect(name)
+    status = state.status
+    if engine_process and status == "running":
+        with contextlib.suppress(NoSuchContainer):  # gone since: its status said it already
+            if not any(ENGINE_PROCESS in line for line in docker.processes(name)):
+                status = IDLE
     return {
         "name": name,
         "id": state.id,
         "image": str(attrs.get("Image", "")),
-        "status": state.status,
+        "status": status,
         "exit_code": state.exit_code,
         "oom_killed": state.oom_killed,
         "started_at": state.started_at.isoformat() if state.started_at else None,
@@ -174,10 +190,13 @@ class Params:
     gate_gib: float = 60.0
     wait: float = 180.0
     interval: float = 5.0
+    #: inspect: a running engine container counts only with a vLLM process in it (launcher)
+    engine_process: bool = False
 
     def argv(self) -> list[str]:
         """As ``sparkwarden node VERB`` takes it."""
         out = [arg for name in self.engine for arg in ("--engine", name)]
+        out += ["--engine-process"] if self.engine_process else []
         out += [arg for name in self.voice for arg in ("--voice", name)]
         out += ["--timeout", f"{self.timeout:g}", "--gate-gib", f"{self.gate_gib:g}"]
         return [*out, "--wait", f"{self.wait:g}", "--interval", f"{self.interval:g}"]
@@ -194,7 +213,7 @@ def perform(verb: Verb, params: Params) -> dict[str, Any]:
     docker = DockerEngine()
     try:
         if verb == "inspect":
-            return inspect(docker, host, params.engine, params.voice)
+            return inspect(docker, host, params.engine, params.voice, params.engine_process)
         if verb == "pause":
             return pause(docker, params.voice)
         if verb == "resume":

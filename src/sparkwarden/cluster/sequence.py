@@ -1,5 +1,6 @@
 """The cluster restarted as one unit, never one rank. This file is the answer to "what does it
-do?" for several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``).
+do?" for several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``, a Ray
+cluster, or eugr's launcher).
 
 A head restarted alone hangs against its stale ranks, and a rank left running never rejoins a
 new head (vllm#32136); so, from the head, under its one lock, journaled step by step with each
@@ -21,6 +22,12 @@ node's figures:
 11. ``workers_running`` every worker's engine container still running (a rank that died at
                        start would leave the head healthy and hung)
 12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
+
+A Ray cluster starts the other way round (:data:`RAY_STEPS`): the head's container first, whose
+``ray start --head`` is the cluster's GCS, then the workers', whose ``ray start --address`` joins
+it; the engine in the head's container waits for a node per rank (vLLM's placement group, up to
+its 30 min ``PG_WAIT_TIMEOUT``). A worker's raylet never joins a new head, so there too every
+node is stopped and started. The launcher set-up's own command makes steps 7-8 (workers first).
 
 A node that does not answer in the middle of a run fails the step that needed it, naming it;
 the run then never calls that node again (its voice left paused is named, and resumed by the
@@ -61,7 +68,18 @@ STEPS: Final = (
     "resume_voice",
 )
 
+#: Ray: the head (the GCS) is started before the workers that join it.
+RAY_STEPS: Final = tuple(
+    {"start_workers": "start_head", "start_head": "start_workers"}.get(name, name) for name in STEPS
+)
+
 log = logs.get("sparkwarden.cluster")
+
+
+def steps(setup: str) -> tuple[str, ...]:
+    """The order a cluster of this set-up is restarted in."""
+    return RAY_STEPS if setup == "ray" else STEPS
+
 
 #: Added to every node call's own bound: ssh's connect, the node's Python starting.
 CALL_MARGIN = 30.0
@@ -134,8 +152,12 @@ def inspect_all(config: Config, link: Link, margin: float = CALL_MARGIN) -> list
     cluster = _cluster(config)
     timeout = cluster.connect_timeout + margin
 
+    # the launcher's containers idle: a rank exec'd into one may have died inside it
+    process = cluster.setup == "launcher"
+
     def ask(node: ClusterNode) -> dict[str, Any]:
-        return link.call(node, "inspect", Params(node.engine, node.voice), timeout)
+        params = Params(node.engine, node.voice, engine_process=process)
+        return link.call(node, "inspect", params, timeout)
 
     answers, failures = fan_out(cluster.nodes, ask)
     return [
@@ -241,6 +263,10 @@ def restart_cluster(
             head_acts("llm_started_at")  # the launcher starts the head too
             run.step("start_workers", run.launch)
             run.step("start_head", run.launched)
+        elif run.cluster.setup == "ray":
+            head_acts("llm_started_at")
+            run.step("start_head", lambda: run.start([run.head]))
+            run.step("start_workers", lambda: run.start(run.workers))
         else:
             run.step("start_workers", lambda: run.start(run.workers))
             head_acts("llm_started_at")
@@ -257,7 +283,7 @@ def restart_cluster(
         log.exception("cluster_run_internal_error", run=run.id)
         error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
     finally:
-        for name in STEPS[:-1]:
+        for name in run.order[:-1]:
             if name not in run.taken:
                 run.record(name, "skipped", "not reached: an earlier step failed", {})
         try:
@@ -284,6 +310,7 @@ class _ClusterRun:
         self.cluster = _cluster(config)
         self.head: ClusterNode = self.cluster.nodes[0]
         self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
+        self.order = steps(self.cluster.setup)
         self.id = 0
         self.taken: set[str] = set()
         self.views: list[NodeView] = []
@@ -316,7 +343,7 @@ class _ClusterRun:
         self._tell(name, result, summary, 0.0)
 
     def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
-        self.observer(StepLine(name, STEPS.index(name) + 1, result, summary, seconds, self.id))
+        self.observer(StepLine(name, self.order.index(name) + 1, result, summary, seconds, self.id))
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
         """One verb on one node; a node that did not answer once in this run is not tried
@@ -548,8 +575,12 @@ class _ClusterRun:
                 )
             # an engine that went down while loading (an operator's stop, a crash) fails now,
             # not at the end of a cold boot's timeout
+            process = self.cluster.setup == "launcher"
             head = self.call(
-                self.head, "inspect", Params(self.head.engine), self.config.docker.timeout
+                self.head,
+                "inspect",
+                Params(self.head.engine, engine_process=process),
+                self.config.docker.timeout,
             )
             if down := [e for e in head.get("engines", []) if e.get("status") != "running"]:
                 said = ", ".join(f"{e.get('name')} is {e.get('status')}" for e in down)

@@ -2,7 +2,7 @@
 
 Read from each engine container's command line as vLLM reads it (:mod:`serve_flags`) and from
 Docker's ``AutoRemove``: vLLM's native multi-node mode (``--nnodes/--node-rank/--headless``),
-Ray (``ray start --head`` / ``--address``, or ``--distributed-executor-backend ray``), or eugr's
+Ray (``ray start --head`` / ``--address``, ``--distributed-executor-backend ray``), or eugr's
 launcher (``--rm`` containers idling on ``sleep infinity``, ``vllm serve`` exec'd into them).
 Pure: the nodes' ``inspect`` answers in, findings out.
 """
@@ -20,17 +20,20 @@ SUBJECT = "cluster"
 #: What to do when the containers show a set-up the config does not name.
 FIXES: dict[str, str] = {
     "native": 'set cluster.setup = "native"',
-    "ray": "not driven yet: recreate the containers with vLLM's --nnodes/--node-rank/--headless",
+    "ray": 'set cluster.setup = "ray"',
     "launcher": 'set cluster.setup = "launcher" and cluster.launcher = "<its start command>"',
 }
 
 
 def seen(engine: dict[str, Any]) -> tuple[Setup, dict[str, str]]:
     """One engine container's set-up, and its vLLM flags."""
-    words = serve_flags.unwrap(engine.get("command") or [])
+    command = engine.get("command") or []
+    words = serve_flags.unwrap(command)
     flags = serve_flags.read(words)
-    names = [word.rsplit("/", 1)[-1] for word in words]
-    if ("ray" in names and "start" in words) or flags.get("distributed-executor-backend") == "ray":
+    if (
+        _ray_start(serve_flags.every_word(command))
+        or flags.get("distributed-executor-backend") == "ray"
+    ):
         return "ray", flags
     if "nnodes" in flags:
         return "native", flags
@@ -48,6 +51,7 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
 
     kinds: dict[str, Setup] = {}
     ranks: dict[str, dict[str, str]] = {}
+    commands: dict[str, list[str]] = {}
     for view in views:
         if not view.reachable:
             add("error", f"{view.name}: not checked: {view.problem}", "reach it over SSH first")
@@ -64,6 +68,7 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
             kind, flags = seen(engine)
             kinds[f"{view.name}/{engine.get('name')}"] = kind
             ranks[view.name] = {**flags, "role": view.role}
+            commands[view.name] = serve_flags.every_word(engine.get("command") or [])
     unknown = [where for where, kind in kinds.items() if kind == "unknown"]
     if unknown:
         add(
@@ -87,7 +92,67 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
         )
     if kind == "native":
         findings += _native(ranks, len(views))
+    if kind == "ray":
+        findings += _ray(ranks, commands, len(views))
     return findings
+
+
+def _ray_start(words: list[str]) -> dict[str, str] | None:
+    """The options of a ``ray start`` in the command's words (every part of a chain), or None."""
+    for i, word in enumerate(words[:-1]):
+        if word.rsplit("/", 1)[-1] == "ray" and words[i + 1] == "start":
+            options = {}
+            for w in words[i + 2 :]:
+                if w in ("&&", "||", ";", "|"):
+                    break
+                key, _, value = w.partition("=")
+                options[key.lstrip("-")] = value
+            return options
+    return None
+
+
+def _ray(
+    ranks: dict[str, dict[str, str]], commands: dict[str, list[str]], nodes: int
+) -> list[Finding]:
+    """A Ray cluster of containers sparkwarden can start again: Ray's head and the engine in the
+    head's container, a worker's ``ray start --address`` in each other's, a GPU (a Spark) per
+    rank."""
+    missing: list[str] = []
+    for name, flags in ranks.items():
+        start = _ray_start(commands[name])
+        if flags["role"] == "head":
+            if start is None or "head" not in start:
+                missing.append(f"{name}: the head's container does not run ray start --head")
+            if not any("vllm" in w for w in commands[name]):
+                missing.append(
+                    f"{name}: vllm serve is not in the head container's command (exec'd into "
+                    "it?): starting the container again would not start the engine"
+                )
+            world = int(flags.get("tensor-parallel-size", "1")) * int(
+                flags.get("pipeline-parallel-size", "1")
+            )
+            if world != nodes:
+                missing.append(
+                    f"{name}: the engine asks {world} GPU(s) (tensor x pipeline parallel), the "
+                    f"cluster has {nodes} nodes of one GPU: its placement group never fits"
+                    if world > nodes
+                    else f"{name}: the engine uses {world} of the {nodes} nodes' GPUs"
+                )
+        elif start is None or "address" not in start:
+            missing.append(f"{name}: a worker whose container does not run ray start --address")
+    if not missing:
+        return [Finding("info", SUBJECT, "ray", f"Ray set-up complete on {nodes} nodes", "-")]
+    return [
+        Finding(
+            "error",
+            SUBJECT,
+            "ray",
+            "Ray set-up incomplete: " + "; ".join(missing),
+            "the head's container: ray start --head && exec vllm serve ... "
+            "--distributed-executor-backend ray -tp N; each worker's: ray start --block "
+            '--address=HEAD:6379 (or setup = "launcher" with the script that starts them)',
+        )
+    ]
 
 
 def _native(ranks: dict[str, dict[str, str]], nodes: int) -> list[Finding]:

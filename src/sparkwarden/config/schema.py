@@ -393,9 +393,11 @@ class ClusterConfig(_Section):
     node, where this sparkwarden runs)."""
 
     #: "native": vLLM's own --nnodes/--node-rank/--headless, the same containers started again;
-    #: "launcher": eugr's launch-cluster.sh: ``--rm`` containers, a stop removes them and the
-    #: start is ``launcher`` run on the head
-    setup: Literal["native", "launcher"] = "native"
+    #: "ray": Ray head and workers (``ray start --head`` / ``--address``, ``vllm serve
+    #: --distributed-executor-backend ray`` in the head's container), the same containers
+    #: started again, the head's first; "launcher": eugr's launch-cluster.sh: ``--rm``
+    #: containers, a stop removes them and the start is ``launcher`` run on the head
+    setup: Literal["native", "ray", "launcher"] = "native"
     nodes: Annotated[list[ClusterNode], Field(min_length=2)]
     #: an ssh_config file for ``ssh -F`` (default: the user's own)
     ssh_config: Path | None = None

@@ -88,13 +88,25 @@ def unwrap(argv: Sequence[str]) -> list[str]:
     """The words of the vLLM command: a ``sh -c "..."`` / ``bash -lc '...'`` string is split
     as the shell would, and of a chain (``pip install x && exec vllm serve ...``) the part that
     runs vLLM is kept."""
-    words = list(argv)
+    script = _script(argv)
+    return list(argv) if script is None else unwrap(_vllm_part(shlex.split(script)))
+
+
+def every_word(argv: Sequence[str]) -> list[str]:
+    """Every word of the command, a shell string split as the shell would, each part of a chain
+    kept (``ray start --head && exec vllm serve ...``)."""
+    script = _script(argv)
+    return list(argv) if script is None else every_word(shlex.split(script))
+
+
+def _script(words: Sequence[str]) -> str | None:
+    """The script of a ``sh -c "..."`` (``bash -lc``, ...) command; None for a bare command."""
     for i, word in enumerate(words[:-1]):
         base = word.rsplit("/", 1)[-1]
         option = words[i + 1]
         if base in SHELLS and option.startswith("-") and "c" in option[1:] and i + 2 < len(words):
-            return unwrap(_vllm_part(shlex.split(words[i + 2])))
-    return words
+            return words[i + 2]
+    return None
 
 
 def _vllm_part(words: list[str]) -> list[str]:

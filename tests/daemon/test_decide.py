@@ -462,7 +462,7 @@ def test_state_names_are_derived_in_order() -> None:
 
 def test_memory_falling_after_every_stop_and_drop_requires_a_reboot_and_refuses_restarts() -> None:
     trend = cfg(memory={"trend_runs": 3, "trend_fall_gib": 2.0})
-    known = replace(facts(), after_drops=(100.0, 98.5, 96.0))
+    known = replace(facts(), after_drops={"": (100.0, 98.5, 96.0)})
     mind, said = decide.memory_trend(Mind(), known, ended("manual", ok=True), trend)
     (flag,) = [i.flag for i in said if isinstance(i, do.RequireReboot)]
     assert flag.available_after_drop_gib == (100.0, 98.5, 96.0) and flag.fall_gib == 4.0
@@ -475,5 +475,17 @@ def test_memory_falling_after_every_stop_and_drop_requires_a_reboot_and_refuses_
     assert "reboot required" in str(said)
     assert state(Mind(), flagged) == "reboot required"
     # memory that came back at one run: no flag
-    back = replace(facts(), after_drops=(100.0, 101.0, 96.0))
+    back = replace(facts(), after_drops={"": (100.0, 101.0, 96.0)})
     assert decide.memory_trend(Mind(), back, ended("manual", ok=True), trend)[1] == []
+
+
+def test_a_cluster_node_whose_memory_keeps_falling_requires_a_reboot_naming_it() -> None:
+    trend = cfg(memory={"trend_runs": 3, "trend_fall_gib": 2.0})
+    nodes = {"spark1": (100.0, 100.5, 99.8), "spark2": (100.0, 97.0, 93.0)}
+    _mind, said = decide.memory_trend(
+        Mind(), replace(facts(), after_drops=nodes), ended("crash", ok=True), trend
+    )
+    (flag,) = [i.flag for i in said if isinstance(i, do.RequireReboot)]
+    assert flag.why.startswith("on spark2: ") and flag.fall_gib == 7.0
+    (note,) = [i for i in said if isinstance(i, do.Notify)]
+    assert note.subject == "spark2" and "on spark2" in note.summary

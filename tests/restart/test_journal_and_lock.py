@@ -58,6 +58,29 @@ def test_a_run_and_its_steps_in_the_contract_shape(tmp_path: Path) -> None:
     ]
 
 
+def test_memory_left_after_drops_per_machine_host_runs_and_cluster_nodes(tmp_path: Path) -> None:
+    """The memory trend's readings: a lone host's drop figures under "", a cluster run's under
+    each node (its own drop's figures), held memory subtracted when the figures have it."""
+    journal = Journal(tmp_path, clock=FakeClock())
+
+    def run(detail: dict[str, object]) -> None:
+        run_id = journal.begin_run("manual")
+        journal.end_step(journal.begin_step(run_id, "drop_caches"), "ok", detail)
+        journal.end_run(run_id, "ok")
+
+    run({"available_after_gib": 100.0})
+    run({"available_after_gib": 99.0, "total_gib": 121.0, "unheld_after_gib": 23.0})
+    node = {"available_after_gib": 90.0, "total_gib": 121.0, "unheld_after_gib": 30.0}
+    run({"summary": "...", "nodes": {"spark1": {"available_after_gib": 95.0}, "spark2": node}})
+    run({"error": "memory did not come back", "nodes": {"spark2": {"available_after_gib": 80.0}}})
+    assert journal.memory_after_drops(0.0) == {
+        "": [100.0, 98.0],
+        "spark1": [95.0],
+        "spark2": [91.0, 80.0],
+    }
+    assert journal.memory_after_drops(FakeClock().now + 1) == {}
+
+
 def test_written_before_acting_survives_for_repair(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     run = journal.begin_run("uptime")

@@ -188,8 +188,9 @@ class Kept:
         self.journal.delete(Key.REBOOT_REQUIRED)
         self.journal.put(Key.MEMORY_TREND_FROM, t)
 
-    def memory_after_drops(self) -> list[float]:
-        """MemAvailable after each run's stop and drop since the last reset of the trend."""
+    def memory_after_drops(self) -> dict[str, list[float]]:
+        """Memory left free after each run's stop and drop since the last reset of the trend,
+        per machine ("" this host; a cluster node by name)."""
         since = float(self.journal.get(Key.MEMORY_TREND_FROM) or 0.0)
         return self.journal.memory_after_drops(since)
 

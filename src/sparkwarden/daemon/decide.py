@@ -388,19 +388,27 @@ def catch_up(
 
 
 def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> Decision:
-    """After each run: has what MemAvailable returns to after stop and drop kept falling?"""
+    """After each run: has what memory returns to after stop and drop kept falling, on this
+    host or on any node of its cluster? (A cluster restarts as one: a node that leaks holds
+    back every automatic restart, and the flag names it.)"""
     if facts.reboot_required is not None:
         return mind, []
-    leak = triggers.memory_trend(list(facts.after_drops), cfg.memory)
-    if leak is None:
+    leaks = [
+        (machine, leak)
+        for machine, readings in sorted(facts.after_drops.items())
+        if (leak := triggers.memory_trend(list(readings), cfg.memory)) is not None
+    ]
+    if not leaks:
         return mind, []
+    machine, leak = leaks[0]
     at = datetime.fromtimestamp(ended.at, UTC).isoformat(timespec="seconds")
-    flag = RebootRequired(leak.why, leak.readings, leak.fall_gib, at)
-    subject = ended.outcome.container or "llm"
+    why = f"on {machine}: {leak.why}" if machine else leak.why
+    flag = RebootRequired(why, leak.readings, leak.fall_gib, at)
+    subject = machine or ended.outcome.container or "llm"
     return mind, [
         RequireReboot(flag),
         Say("error", "reboot_required", flag.to_json()),
-        Notify("reboot_required", subject, f"reboot required: {leak.why}", flag.to_json()),
+        Notify("reboot_required", subject, f"reboot required: {why}", flag.to_json()),
     ]
 
 

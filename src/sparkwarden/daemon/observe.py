@@ -97,8 +97,9 @@ class Recorded:
     run_counts: list[dict[str, object]]
     read_at: float
     reboot_required: RebootRequired | None = None
-    #: MemAvailable (GiB) after each run's stop and drop since the trend was last reset
-    after_drops: tuple[float, ...] = ()
+    #: memory left free (GiB) after each run's stop and drop since the trend was last reset,
+    #: per machine: "" this host, a cluster node by its name
+    after_drops: dict[str, tuple[float, ...]] = field(default_factory=dict)
     policies_taken: dict[str, Any] = field(default_factory=dict)
     #: the LLM container last seen serving, by ID and StartedAt
     engine: Identity | None = None
@@ -119,7 +120,7 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         run_counts=journal.run_counts(),
         read_at=t,
         reboot_required=kept.reboot_required(),
-        after_drops=tuple(kept.memory_after_drops()),
+        after_drops={k: tuple(v) for k, v in kept.memory_after_drops().items()},
         policies_taken=kept.policies_taken(),
         engine=kept.engine(),
         operator_stopped=kept.operator_stopped(),

@@ -306,20 +306,25 @@ class Journal:
             (r["reason"], r["result"], r["started_at"], r["ended_at"], r["failed"]) for r in rows
         ]
 
-    def memory_after_drops(self, since: float) -> list[float]:
+    def memory_after_drops(self, since: float) -> dict[str, list[float]]:
         """What memory nobody holds leaves free (GiB) after the stop and drop of each run since
-        a time, oldest first: the total less what no process or cgroup holds (older records:
+        a time, oldest first, per machine: ``""`` this host's own runs, a node's name for its
+        part of a cluster run. The total less what no process or cgroup holds (older records:
         ``MemAvailable``), the drop_caches step's own figures, ok or failed."""
         rows = self._db.execute(
-            "SELECT COALESCE(json_extract(s.detail, '$.total_gib')"
-            " - json_extract(s.detail, '$.unheld_after_gib'),"
-            " json_extract(s.detail, '$.available_after_gib')) AS gib FROM steps s"
-            " JOIN runs r ON r.id = s.run_id WHERE s.name = 'drop_caches'"
-            " AND r.started_at >= ? AND r.result != 'dry-run'"
-            " AND json_extract(s.detail, '$.available_after_gib') IS NOT NULL ORDER BY s.id",
+            "SELECT s.detail FROM steps s JOIN runs r ON r.id = s.run_id"
+            " WHERE s.name = 'drop_caches' AND r.started_at >= ? AND r.result != 'dry-run'"
+            " ORDER BY s.id",
             (since,),
         ).fetchall()
-        return [float(r["gib"]) for r in rows]
+        series: dict[str, list[float]] = {}
+        for row in rows:
+            detail = json.loads(row["detail"] or "{}")
+            nodes = detail.get("nodes") if isinstance(detail.get("nodes"), dict) else {}
+            for name, figures in [("", detail), *nodes.items()]:
+                if isinstance(figures, dict) and (free := _free_after(figures)) is not None:
+                    series.setdefault(name, []).append(free)
+        return series
 
     def run_counts(self) -> list[dict[str, Any]]:
         """How many runs ended how, by kind of reason, and when the newest of each ended (for
@@ -396,3 +401,12 @@ class Journal:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _free_after(figures: dict[str, Any]) -> float | None:
+    """What a drop left free of memory nobody holds (see :meth:`Journal.memory_after_drops`)."""
+    total, unheld = figures.get("total_gib"), figures.get("unheld_after_gib")
+    if isinstance(total, int | float) and isinstance(unheld, int | float):
+        return float(total - unheld)
+    after = figures.get("available_after_gib")
+    return float(after) if isinstance(after, int | float) else None

@@ -215,6 +215,63 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
     assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
+def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    """``systemctl stop`` (SIGTERM) while a cluster run waits for the head's boot: the run stays
+    open with the worker's voice still paused (never beside an unproven engine); the next
+    daemon proves that boot (health, a chat, every rank) without restarting anything, and only
+    then resumes the voice."""
+    engine = Engine(
+        kit,
+        tmp_path,
+        worker_voice=True,
+        head_args=("--boot-delay", "8"),
+        cluster={"watch_interval": "1s"},
+        watch={"interval": "1s"},
+        control={"socket": str(tmp_path / "control.sock"), "group": ""},
+    )
+    daemon = None
+    voice = engine.stages["w1"]
+    try:
+        engine.wait_serving(timeout=60)
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon.log")
+        daemon.wait_said("engine_adopted")
+        before = engine.started_at("head", engine.head)
+        asked = kit.head.docker.run(*engine.argv("restart", "--reason", "test"), background=True)
+        assert isinstance(asked, subprocess.Popen)
+        deadline = time.monotonic() + 60
+        while engine.started_at("head", engine.head) == before:  # the head started: booting
+            assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
+            time.sleep(0.2)
+        booted_at = engine.started_at("head", engine.head)
+        time.sleep(1.0)  # in wait_health (8 s of boot)
+        daemon.stop()
+        asked.communicate(timeout=30)
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        assert runs[0]["result"] == "running", runs[0]  # left open for the next daemon
+        assert voice.status(engine.voice[0]) == "paused"  # not beside an unproven engine
+
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon2.log")
+        deadline = time.monotonic() + 90
+        while voice.status(engine.voice[0]) != "running":
+            assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
+            time.sleep(0.3)
+        runs = json.loads(engine.cli("history", "--json").stdout)
+        assert [(r["reason"], r["result"]) for r in runs[:2]] == [
+            ("repair", "ok"),
+            ("manual:test", "interrupted"),
+        ], runs[:2]
+        taken = {s["name"]: s["result"] for s in runs[0]["steps"]}
+        assert taken["chat_probe"] == taken["workers_running"] == "ok", taken
+        assert taken["stop_head"] == taken["start_head"] == "skipped", taken
+        assert engine.started_at("head", engine.head) == booted_at  # proven, not restarted
+    finally:
+        if daemon is not None and daemon.alive():
+            daemon.stop()
+        engine.close()
+
+
 def test_three_nodes_a_lost_rank_named_and_the_three_restarted_as_one(tmp_path: Path) -> None:
     """Three Sparks (rank 0 on the head, headless ranks 1 and 2): the second worker's rank
     killed is named, not guessed about the others, and one cluster restart brings all three

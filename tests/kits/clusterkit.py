@@ -275,10 +275,13 @@ class Engine:
         worker_image: str | None = None,
         worker_voice: bool = False,
         head_voice: bool = False,
+        head_args: tuple[str, ...] = (),
         **sections: dict[str, Any],
     ) -> None:
         """``worker_image``: the worker's rank from another image (a node that pulled another
-        tag); ``worker_voice``, ``head_voice``: a voice container there; ``sections``: config."""
+        tag); ``worker_voice``, ``head_voice``: a voice container there; ``head_args``: more
+        stand-in flags for the head's rank (``--boot-delay``); ``sections``: config."""
+        self.head_args = head_args
         self.kit = kit
         self.metrics_listen = str(sections.get("metrics", {}).get("listen", ""))
         self.port, self.master_port = free_port(), free_port()
@@ -344,7 +347,7 @@ class Engine:
                 f"rank{number}", *worker_args, network_mode="host", image=worker_image
             )
         head, _ = self.stages["head"].llm(
-            "rank0", *rank, "--node-rank", "0", port=self.port, network_mode="host"
+            "rank0", *rank, "--node-rank", "0", *self.head_args, port=self.port, network_mode="host"
         )
         return head
 

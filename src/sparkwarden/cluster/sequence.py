@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import UP_STATUSES
-from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
+from sparkwarden.base.errors import HandedOver, SparkwardenError, StepFailed, scrub
 from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink, run_launcher
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
@@ -228,10 +228,15 @@ def restart_cluster(
     parts: ClusterParts,
     observer: Callable[[StepLine], None] | None = None,
     adopt: dict[str, list[str]] | None = None,
+    prove: str | None = None,
 ) -> ClusterOutcome:
     """Run the whole cluster sequence once. The caller holds the run lock; ``adopt``: voice an
     interrupted cluster run may have left paused, per node (see :func:`left_paused`): resumed
-    at the end like this run's own."""
+    at the end like this run's own. ``prove``: the boot a cut run started and handed over
+    (why): only the preflight, then from ``wait_health`` on; the steps between are not taken.
+
+    Raises :class:`HandedOver` when sparkwarden is stopping while the started cluster loads:
+    the run is left open, voice still paused, for the next sparkwarden to prove and end."""
     run = _ClusterRun(config, parts, observer or (lambda _line: None))
     run.id = parts.journal.begin_run(reason)
     run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
@@ -249,31 +254,22 @@ def restart_cluster(
     def head_acts(key: str) -> None:
         parts.journal.remember(run.id, **{key: time.time()})
 
+    handed_over = False
     try:
         run.step("preflight", run.preflight)
         engine = run.head.engine[0]
         parts.journal.set_container(run.id, engine, run.ids.get(run.head.name, {}).get(engine))
-        run.step("pause_voice", run.pause_voice)
-        head_acts("llm_stopped_at")
-        run.step("stop_head", lambda: run.stop([run.head]))
-        run.step("stop_workers", lambda: run.stop(run.workers))
-        run.step("confirm_stopped", run.confirm_stopped)
-        run.step("drop_caches", run.drop_caches)
-        if run.cluster.setup == "launcher":
-            head_acts("llm_started_at")  # the launcher starts the head too
-            run.step("start_workers", run.launch)
-            run.step("start_head", run.launched)
-        elif run.cluster.setup == "ray":
-            head_acts("llm_started_at")
-            run.step("start_head", lambda: run.start([run.head]))
-            run.step("start_workers", lambda: run.start(run.workers))
+        if prove is None:
+            run.restart_steps(head_acts)
         else:
-            run.step("start_workers", lambda: run.start(run.workers))
-            head_acts("llm_started_at")
-            run.step("start_head", lambda: run.start([run.head]))
+            run.skip_why = f"not taken: {prove}"
         run.step("wait_health", run.wait_health)
         run.step("chat_probe", run.chat_probe)
         run.step("workers_running", run.workers_running)
+    except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
+        handed_over = True
+        log.warning("cluster_run_handed_over", run=run.id, reason=reason, why=str(exc))
+        raise
     except StepFailed as exc:
         error, failed = scrub(str(exc)), exc.step
         nodes = {*nodes, *dict(exc.detail.get("failed") or {})}
@@ -283,13 +279,14 @@ def restart_cluster(
         log.exception("cluster_run_internal_error", run=run.id)
         error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
     finally:
-        for name in run.order[:-1]:
-            if name not in run.taken:
-                run.record(name, "skipped", "not reached: an earlier step failed", {})
-        try:
-            run.step("resume_voice", run.resume_voice)
-        except SparkwardenError as exc:
-            error = f"{error}; {exc}" if error else str(exc)
+        if not handed_over:
+            for name in run.order[:-1]:
+                if name not in run.taken:
+                    run.record(name, "skipped", run.skip_why, {})
+            try:
+                run.step("resume_voice", run.resume_voice)
+            except SparkwardenError as exc:
+                error = f"{error}; {exc}" if error else str(exc)
     parts.journal.end_run(run.id, "failed" if error else "ok", error)
     log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
     if error:
@@ -320,6 +317,31 @@ class _ClusterRun:
         self.lost: dict[str, str] = {}
         #: each node's answer to its stop (its engines' state read after it: ``now``)
         self.stopped: dict[str, dict[str, Any]] = {}
+        #: what a step not taken says in the journal
+        self.skip_why = "not reached: an earlier step failed"
+
+    def restart_steps(self, head_acts: Callable[[str], None]) -> None:
+        """Steps 2-8: voice paused, every engine stopped, every node's memory back, the same
+        containers started in the set-up's order. ``head_acts``: notes the head's own stop and
+        start in the journal before they are made."""
+        self.step("pause_voice", self.pause_voice)
+        head_acts("llm_stopped_at")
+        self.step("stop_head", lambda: self.stop([self.head]))
+        self.step("stop_workers", lambda: self.stop(self.workers))
+        self.step("confirm_stopped", self.confirm_stopped)
+        self.step("drop_caches", self.drop_caches)
+        if self.cluster.setup == "launcher":
+            head_acts("llm_started_at")  # the launcher starts the head too
+            self.step("start_workers", self.launch)
+            self.step("start_head", self.launched)
+        elif self.cluster.setup == "ray":
+            head_acts("llm_started_at")
+            self.step("start_head", lambda: self.start([self.head]))
+            self.step("start_workers", lambda: self.start(self.workers))
+        else:
+            self.step("start_workers", lambda: self.start(self.workers))
+            head_acts("llm_started_at")
+            self.step("start_head", lambda: self.start([self.head]))
 
     # --- recording -----------------------------------------------------------------------
     def step(self, name: str, action: Callable[[], tuple[str, dict[str, Any]]]) -> None:
@@ -566,12 +588,11 @@ class _ClusterRun:
                     f"join keeps it at its rendezvous); last answer: {health.detail}",
                     figures,
                 )
-            if parts.should_abort():  # stopping: voice is resumed, the next daemon watches it
-                raise StepFailed(
-                    "wait_health",
-                    f"sparkwarden is stopping: gave up waiting after {elapsed:.0f}s; the head "
-                    "keeps loading and the next daemon watches it",
-                    figures,
+            if parts.should_abort():
+                raise HandedOver(
+                    f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; the cluster "
+                    "keeps loading and the next sparkwarden on the head finishes this run "
+                    "(/health, the chat probe, every rank, then voice)"
                 )
             # an engine that went down while loading (an operator's stop, a crash) fails now,
             # not at the end of a cold boot's timeout

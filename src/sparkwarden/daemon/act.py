@@ -118,6 +118,8 @@ class Hands:
         if self.config.cluster is not None:  # a cluster's head: every restart is the cluster's
             try:
                 return self._cluster_sequence(reason, why, call)
+            except HandedOver:
+                return None  # left open, voice paused: the next daemon's repair finishes it
             finally:
                 self.run_lock.release()
 
@@ -166,10 +168,12 @@ class Hands:
         why: str,
         call: ManualCall | None,
         begun: Callable[[], None] = lambda: None,
+        prove: str | None = None,
     ) -> do.RunEnded:
         """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
         voice a cut cluster run left paused on any node; the caller holds the run lock and
-        releases it. ``begun``: called once the run has written what it adopted."""
+        releases it. ``begun``: called once the run has written what it adopted; ``prove``:
+        only prove the boot a cut run started (why)."""
         assert self.config.cluster is not None
         cfg, cluster = self.config, self.config.cluster
         lease = self._cluster_lease()
@@ -208,7 +212,9 @@ class Hands:
         outcome: Outcome | None = None
         try:
             adopt = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
-            done = cluster_seq.restart_cluster(cfg, reason, parts, observer=observe, adopt=adopt)
+            done = cluster_seq.restart_cluster(
+                cfg, reason, parts, observer=observe, adopt=adopt, prove=prove
+            )
             head = cluster.nodes[0].engine[0]
             outcome = Outcome(
                 done.run_id, done.ok, head, done.error, done.failed_step, done.head_id, done.nodes
@@ -233,6 +239,8 @@ class Hands:
             if "cluster" in run.plan or self.config.cluster is not None:
                 try:
                     self._repair_cluster(run)
+                except HandedOver:
+                    break  # stopping again mid-boot: the next daemon repairs this repair
                 finally:
                     self.run_lock.release()
                     ended = time.time()
@@ -267,9 +275,10 @@ class Hands:
     def _repair_cluster(self, run: RunRecord) -> None:
         """A cluster run cut short (the caller holds the run lock): closed as interrupted.
         Had it stopped an engine and a rank is down now, the whole cluster is restarted as
-        one, resuming what it paused; otherwise (cut before any stop, every rank up again and
-        serving or still booting, an operator's doing or the cut run's own start) only the
-        voice it left paused on any node is resumed, and the daemon watches the cluster."""
+        one, resuming what it paused; every rank up after the cut run's own start (a boot it
+        handed over when sparkwarden stopped): that boot is proven (``/health``, a chat, every
+        rank), then voice resumed; otherwise (cut before any stop, or an operator's start) only
+        the voice it left paused on any node is resumed, and the daemon watches the cluster."""
         note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
         log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
         if self.config.cluster is None:  # [cluster] removed since: nothing to reach the nodes
@@ -303,13 +312,20 @@ class Hands:
                 link.close()
             health = self.parts.vllm.health(timeout=self.config.health.timeout).status
             state = cluster_verdict.judge(views, health).state
-            # every rank up and the head loading ("unhealthy"): a boot the cut run started,
-            # or an operator's, goes on; the daemon watches it (boot grace, /health)
-            if state not in ("serving", "unhealthy"):
-                log.info("cluster_repair", run=run.id, cluster=state)
+            up = state in ("serving", "unhealthy")  # every rank up, the head loading or not
+            # A rank down: the whole cluster restarted as one. Every rank up after the cut run
+            # had started them (a boot handed over, or cut after its start): that boot is
+            # proven (/health, a chat, every rank) before voice. Up without its start: an
+            # operator's doing; only voice is resumed, and the daemon watches it.
+            prove = (
+                f"the boot run #{run.id} started" if up and run.plan.get("llm_started_at") else None
+            )
+            if not up or prove:
+                log.info("cluster_repair", run=run.id, cluster=state, prove=bool(prove))
                 # before READY=1: systemd's start timeout must wait for the whole run
                 self.sd.send(f"EXTEND_TIMEOUT_USEC={int(self._cluster_lease() * 1e6)}")
-                self._cluster_sequence("repair", f"{note}; the cluster is {state}", None, close)
+                why = f"{note}; the cluster is {state}"
+                self._cluster_sequence("repair", why, None, close, prove=prove)
                 return
         left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
         if not left:

@@ -16,6 +16,10 @@ image). What it models, from Ray's documented behaviour and vLLM's Ray executor:
   ``RAY_gcs_rpc_server_reconnect_timeout_s`` (Ray's default 60 s) and exits: a raylet never
   joins a new head's cluster, so a worker left running across a head restart is lost to it.
 - ``ray status`` lists the alive nodes.
+- A worker whose raylet went away is marked dead only when Ray's health checks give up on it:
+  ``RAY_health_check_failure_threshold`` (5) checks ``RAY_health_check_period_ms`` (3000) apart,
+  about 15 s for a killed container; only then does vLLM's Ray executor see its actor die.
+- ``ray start --block`` ends on SIGTERM (``docker stop``), as Ray's does.
 
 The GCS speaks one line per message over TCP: ``join NAME`` (a node), ``watch`` (vLLM: the node
 count now and on every change, and each node's death), ``status``.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +46,9 @@ def cluster_file() -> Path:
 
 #: Ray's own knob: how long a raylet waits for its GCS to come back before it exits.
 RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+#: Ray's health checks of a node: how often, and how many failed ones mark it dead.
+CHECK_PERIOD_ENV = "RAY_health_check_period_ms"
+CHECK_FAILURES_ENV = "RAY_health_check_failure_threshold"
 #: How long ``ray start --address`` keeps trying a GCS that is not up yet.
 JOIN_RETRY_SECONDS = 30.0
 
@@ -95,6 +103,10 @@ class Gcs:
         with contextlib.suppress(OSError):
             while conn.recv(1024):
                 pass
+        period = float(os.environ.get(CHECK_PERIOD_ENV, "3000")) / 1000
+        checks = int(os.environ.get(CHECK_FAILURES_ENV, "5"))
+        say(f"node {name}: raylet unreachable; health checks every {period:g}s")
+        time.sleep(period * checks)
         with self.lock:
             self.nodes.remove(name)
             self._tell(f"dead {name}")
@@ -196,6 +208,7 @@ def start(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(0))  # docker stop: Ray stops
     parser = argparse.ArgumentParser(prog="ray", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     begin = verbs.add_parser("start")

@@ -1324,8 +1324,16 @@ def main(argv: list[str]) -> None:
     ranks = Ranks(args) if args.nnodes > 1 else None
     if ranks is not None:
         ranks.gather()
+    world = args.tensor_parallel_size * args.pipeline_parallel_size
     if args.distributed_executor_backend == "ray":
         RayPlacement(args).gather()
+    elif world > 1 and args.nnodes == 1:  # vllm/config/parallel.py 0.33.0:1066 (0.12 on)
+        raise SystemExit(
+            f"ValueError: World size ({world}) is larger than the number of available GPUs (1) "
+            "in this node. If this is intentional and you are using:\n- ray, set "
+            "'--distributed-executor-backend ray'.\n- multiprocessing, set '--nnodes' "
+            "appropriately."
+        )
     engine = Engine(args)
     engine.ranks = ranks
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args))

@@ -495,7 +495,7 @@ def test_launcher_set_up_restarted_with_its_own_launcher(kit: ClusterKit, tmp_pa
         # the worker's rank dies inside its idling container (eugr#257): the container runs on
         top = kit.node("w1").client().containers.get(engine.worker).top(ps_args="-ww -eo pid,args")
         pid, cmd = top["Titles"].index("PID"), top["Titles"].index("COMMAND")
-        (rank,) = [int(row[pid]) for row in top["Processes"] if "vllm_standin" in row[cmd]]
+        (rank,) = [int(row[pid]) for row in top["Processes"] if "/standin/vllm serve" in row[cmd]]
         os.kill(rank, signal.SIGKILL)  # the rank the test's launcher started, by its pid
         state = engine.status()
         assert state["state"] == "crashed" and state["head_health"] == "up", state

@@ -12,9 +12,11 @@ from typing import Any, cast
 
 import pytest
 
-from sparkwarden.base.errors import ConfigError, HandedOver
+from sparkwarden.adapters.docker_engine import DockerEngine
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
-from sparkwarden.cluster.node import Params
+from sparkwarden.cluster.node import Params, engine_view, runs_vllm
 from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster, steps
 from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
@@ -393,6 +395,31 @@ def test_doctor_sees_the_ray_set_up_and_what_it_lacks() -> None:
         (wide, RAY_WORKER, "head: the engine asks 4 GPU(s) (tensor x pipeline parallel)"),
         (RAY_HEAD, joinless, "w1: a worker whose container does not run ray start --address"),
         (
+            ["bash", "-c", "ray start --head && exec vllm serve m -tp 2"],
+            RAY_WORKER,
+            "head: vllm serve without --distributed-executor-backend ray",
+        ),
+        (
+            ["bash", "-c", f"ray start --head --block && {SERVE}"],
+            RAY_WORKER,
+            "head: ray start --head --block never returns: vllm serve never runs",
+        ),
+        (
+            RAY_HEAD,
+            ["ray", "start", "--address=h:6379"],
+            "w1: ray start without --block returns at once, and its container exits",
+        ),
+        (
+            ["bash", "-c", f"ray start --head --port=6380 && {SERVE}"],
+            RAY_WORKER,
+            "w1: joins port 6379, but the head's GCS listens on 6380",
+        ),
+        (
+            RAY_HEAD,
+            ["ray", "start", "--block", "--head", "--address=h:6379"],
+            "w1: a worker that starts a Ray head of its own",
+        ),
+        (
             ["bash", "-c", SERVE],
             RAY_WORKER,
             "head: the head's container does not run ray start --head",
@@ -416,6 +443,22 @@ def test_the_ray_containers_the_docs_show_are_a_complete_set_up() -> None:
     assert ("info", "Ray set-up complete on 2 nodes") in said(check_setup(views, "ray"))
 
 
+@pytest.mark.parametrize(
+    ("head", "worker"),
+    [
+        (["sh", "-c", f"ray start --head; {SERVE}"], RAY_WORKER),  # ";" against the word
+        (["bash", "-lc", f"ray start --head&&{SERVE}"], RAY_WORKER),
+        (RAY_HEAD, ["ray", "start", "--block", "--address", "h:6379"]),  # a space, not "="
+        (RAY_HEAD, ["sh", "-c", "ray start --address=h:6379 && sleep infinity"]),
+    ],
+)
+def test_doctor_reads_ray_commands_as_operators_write_them(
+    head: list[str], worker: list[str]
+) -> None:
+    views = [node("head", "head", head), node("w1", "worker", worker)]
+    assert ("info", "Ray set-up complete on 2 nodes") in said(check_setup(views, "ray"))
+
+
 def test_a_ray_cluster_starts_its_head_before_the_workers_that_join_it() -> None:
     assert steps("native") == steps("launcher") == STEPS
     ray = steps("ray")
@@ -436,6 +479,56 @@ def test_doctor_names_the_launcher_set_up() -> None:
     ]
     lost = [node("head", "head", idle, True), view("w1", "worker", None)]
     assert "w1: not checked: unreachable" in said(check_setup(lost, "native"))[0][1]
+
+
+@pytest.mark.parametrize(
+    ("command", "is_vllm"),
+    [
+        ("vllm serve Qwen/Qwen3 --port 8000", True),
+        ("/usr/bin/python3 /usr/local/bin/vllm serve Qwen/Qwen3", True),
+        ("/usr/bin/python3 -u /standin/vllm serve m", True),
+        ("python3 -m vllm.entrypoints.openai.api_server --model m", True),
+        ("sleep infinity", False),
+        ("tail -f /logs/vllm.log", False),
+        ("/opt/vllm-env/bin/python -c import time", False),
+        ("bash -c cd /workspace/vllm && sleep infinity", False),
+        ("VLLM::EngineCore", False),
+    ],
+)
+def test_a_launcher_rank_is_seen_by_vllm_s_own_program(command: str, is_vllm: bool) -> None:
+    """What makes a running launcher container not idle: a vLLM process in it, by its
+    program, not by a path that merely names vllm."""
+    assert runs_vllm(command) is is_vllm
+
+
+def test_a_launcher_container_whose_processes_cannot_be_read_is_never_called_idle() -> None:
+    """``docker top`` refused (the container stopping at that moment, no ``ps`` for dockerd):
+    the look says so and keeps Docker's own status; an idle verdict would restart a cluster."""
+    attrs = {"Name": "/rank0", "Id": "abc", "Image": "sha256:1", "Config": {"Cmd": ["sleep"]}}
+    attrs["State"] = {"Status": "running", "ExitCode": 0, "OOMKilled": False}
+
+    class Docker:
+        def __init__(self, top: list[str] | None) -> None:
+            self.top = top
+
+        def attrs(self, _name: str) -> dict[str, Any]:
+            return attrs
+
+        def inspect(self, _name: str) -> ContainerState:
+            return ContainerState.from_inspect(attrs)
+
+        def processes(self, name: str) -> list[str]:
+            if self.top is None:
+                raise ContainerError(f"top {name}: 409 Conflict: container is not running")
+            return self.top
+
+    def view(top: list[str] | None) -> dict[str, Any]:
+        return engine_view(cast(DockerEngine, Docker(top)), "rank0", engine_process=True)
+
+    unread = view(None)
+    assert unread["status"] == "running" and "409" in unread["processes_unread"]
+    assert view(["sleep infinity"])["status"] == "idle"
+    assert view(["sleep infinity", "vllm serve m"])["status"] == "running"
 
 
 def test_preflight_problems_name_each_node() -> None:

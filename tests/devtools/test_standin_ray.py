@@ -27,6 +27,7 @@ class RayProcs:
         self.logs = tmp_path
         self.env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")}
         self.env["RAY_gcs_rpc_server_reconnect_timeout_s"] = "1"
+        self.env["RAY_health_check_period_ms"] = "200"  # a dead node marked so after 1 s
         self.env.pop("RAY_ADDRESS", None)
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -107,15 +108,25 @@ def test_without_enough_nodes_the_placement_group_times_out(ray: RayProcs) -> No
     assert ray.health() is None
 
 
-def test_a_dead_worker_ends_the_engine_at_once(ray: RayProcs) -> None:
+def test_a_dead_worker_ends_the_engine_once_ray_marks_its_node_dead(ray: RayProcs) -> None:
     ray.head()
     worker = ray.worker()
     engine = ray.engine(tp=2)
     ray.wait_health()
     worker.kill()
     worker.wait()
+    time.sleep(0.5)
+    assert engine.poll() is None and ray.health() == 200  # Ray's health checks not done yet
     assert engine.wait(timeout=5) == 1
     assert "RayWorkerProc rank=[1] died unexpectedly" in ray.log("vllm")
+    assert "node w1 marked dead" in ray.log("ray-head")
+
+
+def test_more_gpus_than_the_node_has_without_ray_is_refused(ray: RayProcs) -> None:
+    """vLLM 0.12 on: a world bigger than the node's GPUs needs --distributed-executor-backend."""
+    engine = ray.run("vllm", "vllm_standin.py", "--port", str(ray.port), "-tp", "2")
+    assert engine.wait(timeout=10) == 1
+    assert "World size (2) is larger than the number of available GPUs (1)" in ray.log("vllm")
 
 
 def test_a_worker_waits_for_a_head_not_yet_up_but_never_joins_a_new_one(ray: RayProcs) -> None:
@@ -130,3 +141,14 @@ def test_a_worker_waits_for_a_head_not_yet_up_but_never_joins_a_new_one(ray: Ray
     assert engine.wait(timeout=5) == 1  # its GCS gone, the engine ends
     assert worker.wait(timeout=10) == 1  # after the reconnect timeout (1 s here)
     assert "failed to reconnect to the GCS" in ray.log("w1")
+
+
+def test_docker_stop_s_sigterm_ends_ray_start_block(ray: RayProcs) -> None:
+    ray.head()
+    worker = ray.worker()
+    deadline = time.monotonic() + 10
+    while "joined the cluster" not in ray.log("w1"):
+        assert time.monotonic() < deadline, ray.log("w1")
+        time.sleep(0.1)
+    worker.terminate()
+    assert worker.wait(timeout=3) == 0  # not the stop timeout's SIGKILL

@@ -393,12 +393,15 @@ class RayEngine(Engine):
 
     def _ranks(self, worker_image: str | None) -> str:
         gcs = self.master_port
-        serve = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
+        serve = ["/standin/vllm", "serve", "standin/model", "--port", str(self.port)]
         serve += ["--distributed-executor-backend", "ray", "-tp", str(len(self.kit.nodes))]
         script = (
             f"/standin/ray start --head --port={gcs} && exec {shlex.join([*serve, *HOUSE_RULE])}"
         )
-        head = self.stages["head"].command("ray-head", ["sh", "-c", script], network_mode="host")
+        checks = {"RAY_health_check_period_ms": "200"}  # Ray's 3 s: a dead node seen in 1 s
+        head = self.stages["head"].command(
+            "ray-head", ["sh", "-c", script], network_mode="host", environment=checks
+        )
         env = {"RAY_gcs_rpc_server_reconnect_timeout_s": str(self.reconnect)}
         for number, node in enumerate(self.kit.nodes[1:], start=1):
             join = ["/standin/ray", "start", "--block", f"--address={self.kit.head.address}:{gcs}"]
@@ -422,7 +425,8 @@ class LauncherEngine(Engine):
         self.port, self.master_port = free_port(), free_port()
         tag = uuid.uuid4().hex[:8]
         self.head, self.worker = f"swt-{tag}-node0", f"swt-{tag}-node1"
-        rank = [PYTHON, "-u", "/standin/vllm_standin.py", "--port", str(self.port)]
+        # vLLM's console script, as eugr's launcher execs it: ``vllm serve MODEL ...``
+        rank = ["/standin/vllm", "serve", "standin/model", "--port", str(self.port)]
         rank += ["--nnodes", "2", "--master-port", str(self.master_port)]
         rank += ["--collective-timeout", "2", *HOUSE_RULE]
         worker = [*rank, "--node-rank", "1", "--headless", "--master-addr", kit.head.address]

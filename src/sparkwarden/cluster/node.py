@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkwarden.adapters.host import Host
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 #: A running engine container whose vLLM process is gone (``engine_process``): not up.
 IDLE = "idle"
-#: What a vLLM process's command line holds (``vllm serve``, ``python -m vllm...``).
-ENGINE_PROCESS = "vllm"
+#: vLLM's program, as a process's command line shows it (``vllm serve``, ``-m vllm...``).
+ENGINE_PROGRAM = "vllm"
 
 
 def inspect(
@@ -59,11 +60,13 @@ def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -
     except NoSuchContainer:
         return {"name": name, "status": "missing"}
     state = docker.inspect(name)
-    status = state.status
+    status, unread = state.status, None
     if engine_process and status == "running":
-        with contextlib.suppress(NoSuchContainer):  # gone since: its status said it already
-            if not any(ENGINE_PROCESS in line for line in docker.processes(name)):
+        try:
+            if not any(runs_vllm(line) for line in docker.processes(name)):
                 status = IDLE
+        except SparkwardenError as exc:  # stopped or paused since, or no ps: not called idle
+            unread = str(exc)
     return {
         "name": name,
         "id": state.id,
@@ -75,7 +78,23 @@ def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -
         # what doctor reads the set-up from (vLLM's rank flags, ray start, a --rm launcher)
         "command": command_line(attrs),
         "auto_remove": bool((attrs.get("HostConfig") or {}).get("AutoRemove")),
+        **({"processes_unread": unread} if unread else {}),
     }
+
+
+def runs_vllm(command: str) -> bool:
+    """Whether a process's command line is vLLM's: the ``vllm`` program (``vllm serve``, or
+    ``python .../bin/vllm serve``) or ``python -m vllm...``; a path or a log file that merely
+    names vllm (``tail -f /logs/vllm.log``, ``/opt/vllm-env/bin/python``) is not."""
+    words = command.split()
+    if any(a == "-m" and b.split(".")[0] == ENGINE_PROGRAM for a, b in pairwise(words)):
+        return True
+    # the program, or the script its interpreter runs (past the interpreter's own options)
+    script = next((word for word in words[1:] if not word.startswith("-")), "")
+    return ENGINE_PROGRAM in (
+        words[0].rsplit("/", 1)[-1] if words else "",
+        script.rsplit("/", 1)[-1],
+    )
 
 
 def _state(docker: DockerEngine, name: str) -> ContainerState | None:

@@ -9,8 +9,10 @@ Pure: the nodes' ``inspect`` answers in, findings out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from sparkwarden.cluster.node import runs_vllm
 from sparkwarden.cluster.verdict import NodeView
 from sparkwarden.vllm import serve_flags
 from sparkwarden.vllm.doctor_rules import Finding
@@ -97,17 +99,41 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
     return findings
 
 
-def _ray_start(words: list[str]) -> dict[str, str] | None:
-    """The options of a ``ray start`` in the command's words (every part of a chain), or None."""
+#: ``ray start`` options that take no value.
+RAY_SWITCHES = frozenset({"head", "block", "disable-usage-stats", "verbose"})
+#: Ray's GCS port when ``ray start --head`` names none.
+RAY_PORT = "6379"
+
+
+@dataclass(frozen=True)
+class RayStart:
+    """A ``ray start`` in a container's command: its options, and whether another command of
+    the chain runs after it (``ray start --head && exec vllm serve ...``)."""
+
+    options: dict[str, str]
+    followed: bool
+
+
+def _ray_start(words: list[str]) -> RayStart | None:
+    """The ``ray start`` in the command's words (every part of a chain), or None."""
     for i, word in enumerate(words[:-1]):
         if word.rsplit("/", 1)[-1] == "ray" and words[i + 1] == "start":
-            options = {}
-            for w in words[i + 2 :]:
-                if w in ("&&", "||", ";", "|"):
-                    break
-                key, _, value = w.partition("=")
-                options[key.lstrip("-")] = value
-            return options
+            options: dict[str, str] = {}
+            rest = words[i + 2 :]
+            j = 0
+            while j < len(rest) and rest[j] not in serve_flags.CHAIN:
+                key, eq, value = rest[j].lstrip("-").partition("=")
+                has_value = j + 1 < len(rest) and not rest[j + 1].startswith("-")
+                if (
+                    not eq
+                    and key not in RAY_SWITCHES
+                    and has_value
+                    and rest[j + 1] not in serve_flags.CHAIN
+                ):
+                    value, j = rest[j + 1], j + 1
+                options[key] = value
+                j += 1
+            return RayStart(options, j < len(rest))
     return None
 
 
@@ -118,28 +144,26 @@ def _ray(
     head's container, a worker's ``ray start --address`` in each other's, a GPU (a Spark) per
     rank."""
     missing: list[str] = []
+    head = next((n for n, f in ranks.items() if f["role"] == "head"), None)
+    head_start = _ray_start(commands[head]) if head else None
+    port = (head_start.options.get("port") or RAY_PORT) if head_start else RAY_PORT
     for name, flags in ranks.items():
         start = _ray_start(commands[name])
         if flags["role"] == "head":
-            if start is None or "head" not in start:
-                missing.append(f"{name}: the head's container does not run ray start --head")
-            if not any("vllm" in w for w in commands[name]):
-                missing.append(
-                    f"{name}: vllm serve is not in the head container's command (exec'd into "
-                    "it?): starting the container again would not start the engine"
-                )
-            world = int(flags.get("tensor-parallel-size", "1")) * int(
-                flags.get("pipeline-parallel-size", "1")
-            )
-            if world != nodes:
-                missing.append(
-                    f"{name}: the engine asks {world} GPU(s) (tensor x pipeline parallel), the "
-                    f"cluster has {nodes} nodes of one GPU: its placement group never fits"
-                    if world > nodes
-                    else f"{name}: the engine uses {world} of the {nodes} nodes' GPUs"
-                )
-        elif start is None or "address" not in start:
+            missing += _ray_head(name, start, flags, commands[name], nodes)
+            continue
+        if start is None or "address" not in start.options:
             missing.append(f"{name}: a worker whose container does not run ray start --address")
+            continue
+        if "head" in start.options:
+            missing.append(f"{name}: a worker that starts a Ray head of its own (--head)")
+        if "block" not in start.options and not start.followed:
+            missing.append(
+                f"{name}: ray start without --block returns at once, and its container exits"
+            )
+        joins = start.options["address"].rpartition(":")[2]
+        if joins != port:
+            missing.append(f"{name}: joins port {joins}, but the head's GCS listens on {port}")
     if not missing:
         return [Finding("info", SUBJECT, "ray", f"Ray set-up complete on {nodes} nodes", "-")]
     return [
@@ -148,11 +172,50 @@ def _ray(
             SUBJECT,
             "ray",
             "Ray set-up incomplete: " + "; ".join(missing),
-            "the head's container: ray start --head && exec vllm serve ... "
+            "the head's container: ray start --head --port=6379 && exec vllm serve ... "
             "--distributed-executor-backend ray -tp N; each worker's: ray start --block "
             '--address=HEAD:6379 (or setup = "launcher" with the script that starts them)',
         )
     ]
+
+
+def _ray_head(
+    name: str, start: RayStart | None, flags: dict[str, str], words: list[str], nodes: int
+) -> list[str]:
+    """What the head's container lacks to be Ray's head and the engine in one."""
+    missing: list[str] = []
+    if start is None or "head" not in start.options:
+        missing.append(f"{name}: the head's container does not run ray start --head")
+    elif "block" in start.options and start.followed:
+        missing.append(f"{name}: ray start --head --block never returns: vllm serve never runs")
+    if not any(runs_vllm(" ".join(part)) for part in serve_flags.chain(words)):
+        missing.append(
+            f"{name}: vllm serve is not in the head container's command (exec'd into it?): "
+            "starting the container again would not start the engine"
+        )
+        return missing
+    try:
+        world = int(flags.get("tensor-parallel-size", "1")) * int(
+            flags.get("pipeline-parallel-size", "1")
+        )
+    except ValueError:
+        return [
+            *missing,
+            f"{name}: --tensor-parallel-size or --pipeline-parallel-size is not a number",
+        ]
+    if world > 1 and flags.get("distributed-executor-backend") != "ray":
+        missing.append(
+            f"{name}: vllm serve without --distributed-executor-backend ray: vLLM (0.12 on) "
+            f"refuses a world of {world} GPUs on a node of one"
+        )
+    if world != nodes:
+        missing.append(
+            f"{name}: the engine asks {world} GPU(s) (tensor x pipeline parallel), the "
+            f"cluster has {nodes} nodes of one GPU: its placement group never fits"
+            if world > nodes
+            else f"{name}: the engine uses {world} of the {nodes} nodes' GPUs"
+        )
+    return missing
 
 
 def _native(ranks: dict[str, dict[str, str]], nodes: int) -> list[Finding]:

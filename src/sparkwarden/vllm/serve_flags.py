@@ -62,6 +62,8 @@ SWITCHES = frozenset(
     }
 )
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
+#: What ends one command of a shell chain and begins the next.
+CHAIN = frozenset({"&&", "||", ";", "|", "&", ";;"})
 #: vLLM's default when ``--shutdown-timeout`` is absent (``vllm/config/vllm.py`` 0.33.0:454: 0,
 #: abort in-flight requests and kill the engine core at once)
 SHUTDOWN_TIMEOUT_DEFAULT = 0.0
@@ -89,14 +91,22 @@ def unwrap(argv: Sequence[str]) -> list[str]:
     as the shell would, and of a chain (``pip install x && exec vllm serve ...``) the part that
     runs vLLM is kept."""
     script = _script(argv)
-    return list(argv) if script is None else unwrap(_vllm_part(shlex.split(script)))
+    return list(argv) if script is None else unwrap(_vllm_part(_split(script)))
 
 
 def every_word(argv: Sequence[str]) -> list[str]:
     """Every word of the command, a shell string split as the shell would, each part of a chain
     kept (``ray start --head && exec vllm serve ...``)."""
     script = _script(argv)
-    return list(argv) if script is None else every_word(shlex.split(script))
+    return list(argv) if script is None else every_word(_split(script))
+
+
+def _split(script: str) -> list[str]:
+    """A shell string's words as the shell reads them: quotes kept together, and ``;``,
+    ``&&``, ``|``, ``&`` words of their own even when written against a word (``--head;``)."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
 
 
 def _script(words: Sequence[str]) -> str | None:
@@ -109,14 +119,19 @@ def _script(words: Sequence[str]) -> str | None:
     return None
 
 
-def _vllm_part(words: list[str]) -> list[str]:
+def chain(words: list[str]) -> list[list[str]]:
+    """The commands of a shell chain (``a && b; c``), each its words."""
     parts: list[list[str]] = [[]]
     for word in words:
-        if word in ("&&", "||", ";", "|"):
+        if word in CHAIN:
             parts.append([])
         else:
             parts[-1].append(word)
-    for part in parts:
+    return [part for part in parts if part]
+
+
+def _vllm_part(words: list[str]) -> list[str]:
+    for part in chain(words):
         if any("vllm" in word for word in part):
             return part
     return words

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,49 +220,63 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
     kit: ClusterKit, tmp_path: Path
 ) -> None:
     """``systemctl stop`` (SIGTERM) while a cluster run waits for the head's boot: the run stays
-    open with the worker's voice still paused (never beside an unproven engine); the next
-    daemon proves that boot (health, a chat, every rank) without restarting anything, and only
-    then resumes the voice."""
+    open with the worker's voice still paused (never beside an unproven engine). The next
+    daemon proves that boot without restarting anything; stopped in its turn during that wait,
+    the one after proves it again; only then is the voice resumed."""
     engine = Engine(
         kit,
         tmp_path,
         worker_voice=True,
-        head_args=("--boot-delay", "8"),
+        head_args=("--boot-delay", "15"),
         cluster={"watch_interval": "1s"},
         watch={"interval": "1s"},
         control={"socket": str(tmp_path / "control.sock"), "group": ""},
     )
     daemon = None
     voice = engine.stages["w1"]
+
+    def history() -> list[dict[str, Any]]:
+        return list(json.loads(engine.cli("history", "--json").stdout))
+
+    def stopped_in_boot_wait(reason: str) -> None:
+        """Once the newest run (``reason``) waits for /health: the daemon stopped, the run
+        left open, the voice still paused."""
+        assert daemon is not None
+        deadline = time.monotonic() + 60
+        while (
+            not any(s["name"] == "wait_health" for s in history()[0]["steps"])
+            or history()[0]["reason"] != reason
+        ):
+            assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
+            time.sleep(0.2)
+        daemon.stop()
+        assert history()[0]["result"] == "running", history()[0]
+        assert voice.status(engine.voice[0]) == "paused"
+
     try:
         engine.wait_serving(timeout=60)
         daemon = HeadDaemon(kit, engine, tmp_path / "daemon.log")
         daemon.wait_said("engine_adopted")
-        before = engine.started_at("head", engine.head)
         asked = kit.head.docker.run(*engine.argv("restart", "--reason", "test"), background=True)
         assert isinstance(asked, subprocess.Popen)
-        deadline = time.monotonic() + 60
-        while engine.started_at("head", engine.head) == before:  # the head started: booting
-            assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
-            time.sleep(0.2)
-        booted_at = engine.started_at("head", engine.head)
-        time.sleep(1.0)  # in wait_health (8 s of boot)
-        daemon.stop()
+        stopped_in_boot_wait("manual:test")
         asked.communicate(timeout=30)
-        runs = json.loads(engine.cli("history", "--json").stdout)
-        assert runs[0]["result"] == "running", runs[0]  # left open for the next daemon
-        assert voice.status(engine.voice[0]) == "paused"  # not beside an unproven engine
+        booted_at = engine.started_at("head", engine.head)
 
-        daemon = HeadDaemon(kit, engine, tmp_path / "daemon2.log")
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon2.log")  # proves, and is stopped
+        stopped_in_boot_wait("repair")
+
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon3.log")  # proves it again
         deadline = time.monotonic() + 90
         while voice.status(engine.voice[0]) != "running":
             assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
             time.sleep(0.3)
-        runs = json.loads(engine.cli("history", "--json").stdout)
-        assert [(r["reason"], r["result"]) for r in runs[:2]] == [
+        runs = history()
+        assert [(r["reason"], r["result"]) for r in runs[:3]] == [
             ("repair", "ok"),
+            ("repair", "interrupted"),
             ("manual:test", "interrupted"),
-        ], runs[:2]
+        ], runs[:3]
         taken = {s["name"]: s["result"] for s in runs[0]["steps"]}
         assert taken["chat_probe"] == taken["workers_running"] == "ok", taken
         assert taken["stop_head"] == taken["start_head"] == "skipped", taken

@@ -17,7 +17,16 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
 from sparkwarden.cluster.node import Params, engine_view, runs_vllm
-from sparkwarden.cluster.sequence import STEPS, ClusterParts, left_paused, restart_cluster, steps
+from sparkwarden.cluster.sequence import (
+    STEPS,
+    ClusterParts,
+    Proving,
+    booted_by,
+    left_paused,
+    restart_cluster,
+    resume_left,
+    steps,
+)
 from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config, parse
@@ -430,6 +439,65 @@ def test_doctor_sees_the_ray_set_up_and_what_it_lacks() -> None:
         assert error.startswith("Ray set-up incomplete: ") and lacking in error, error
 
 
+def test_stopping_before_anything_is_touched_touches_nothing(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    link, journal = FakeLink(), Journal(config.state.dir)
+    parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, should_abort=lambda: True)
+    outcome = restart_cluster(config, "manual", parts)
+    assert not outcome.ok and "sparkwarden is stopping: nothing was touched" in str(outcome.error)
+    assert {verb for _node, verb in link.calls} == {"inspect"}  # the preflight's look only
+    assert link.voice["head"]["stt"] == "running"
+
+
+def test_a_handed_over_boot_is_proven_not_restarted_and_its_marks_carried(tmp_path: Path) -> None:
+    """The next daemon's run for a boot the cut run started: the preflight, then from the wait
+    for /health on; nothing stopped or started; the cut run's marks in its plan, so that it is
+    proven again if it is cut short too."""
+    config = make_config(tmp_path)
+    link, journal, engine = FakeLink(), Journal(config.state.dir), FakeEngine()
+    parts = ClusterParts(link, cast(VllmClient, engine), journal, sleep=lambda _s: None)
+    marks = {"stop_head_sent": True, "llm_started_at": 1.0, "cluster_started": {"w1": {"x": "t"}}}
+    outcome = restart_cluster(
+        config,
+        "repair",
+        parts,
+        adopt={"head": ["stt"]},
+        prove=Proving("the boot run #7 started", marks),
+    )
+    assert outcome.ok, outcome.error
+    assert not {"stop", "start", "drop", "pause"} & {verb for _node, verb in link.calls}
+    assert engine.chats == 1 and link.verbs("resume") == ["head"]
+    (record,) = journal.runs(1)
+    assert {k: record.plan[k] for k in marks} == marks
+    said = {s.name: s.result for s in record.steps}
+    assert said["stop_head"] == said["start_head"] == "skipped" and said["chat_probe"] == "ok"
+    assert any("not taken: the boot run #7 started" in str(s.detail) for s in record.steps)
+
+
+def test_a_boot_is_the_run_s_own_only_with_every_start_it_recorded() -> None:
+    def views(head_at: str, w1_at: str, w1_up: bool = True) -> list[NodeView]:
+        def answer(name: str, at: str) -> dict[str, Any]:
+            return {"engines": [{"name": f"e-{name}", "status": "running", "started_at": at}]}
+
+        return [
+            NodeView("head", "head", answer("head", head_at)),
+            NodeView("w1", "worker", answer("w1", w1_at) if w1_up else None, "unreachable"),
+        ]
+
+    started = {"head": {"e-head": "t1"}, "w1": {"e-w1": "t0"}}
+    assert booted_by(views("t1", "t0"), started)
+    assert not booted_by(views("t2", "t0"), started)  # the head restarted by hand since
+    assert not booted_by(views("t1", "t0", w1_up=False), started)
+    assert not booted_by(views("t1", "t0"), {})  # cut before its starts were recorded
+
+
+def test_voice_left_on_a_node_no_longer_configured_is_named(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    answers, failures = resume_left(config, FakeLink(), {"head": ["stt"], "spark9": ["tts"]})
+    assert list(answers) == ["head"]
+    assert failures == {"spark9": "no node named spark9 in [cluster] now: resume its voice by hand"}
+
+
 def test_the_ray_containers_the_docs_show_are_a_complete_set_up() -> None:
     """docs/clusters.md's two container commands, read as doctor reads them."""
     text = (Path(__file__).parents[2] / "docs" / "clusters.md").read_text()
@@ -775,12 +843,15 @@ def test_the_heads_engine_down_while_loading_fails_the_wait_at_once(tmp_path: Pa
             cast(VllmClient, LoadingEngine()),
             journal,
             sleep=sleeps.append,
-            should_abort=lambda abort=abort: abort,  # type: ignore[misc]
+            # the stop arrives once the head is started: in the boot wait
+            should_abort=lambda abort=abort, link=link: abort and ("head", "start") in link.calls,  # type: ignore[misc]
         )
         if abort:
             with pytest.raises(HandedOver, match="sparkwarden is stopping after"):
                 restart_cluster(config, "manual", parts)
-            assert journal.runs(1)[0].result == "running"  # open, for the next daemon
+            (record,) = journal.runs(1)
+            assert record.result == "running" and record.plan["handed_over"]  # for the next
+            assert [s.result for s in record.steps if s.name == "wait_health"] == ["running"]
             assert link.voice["head"]["stt"] == "paused"  # never beside an unproven engine
         else:
             outcome = restart_cluster(config, "manual", parts)

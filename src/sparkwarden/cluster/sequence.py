@@ -102,6 +102,26 @@ class ClusterParts:
     should_abort: Callable[[], bool] = lambda: False
 
 
+#: What a cluster run writes in its plan about its stops and starts, before or as it acts; a run
+#: that proves a cut run's boot carries them, so that a proving run cut short is proven again.
+CARRIED: Final = (
+    "stop_head_sent",
+    "stop_workers_sent",
+    "llm_stopped_at",
+    "llm_started_at",
+    "cluster_started",
+)
+
+
+@dataclass(frozen=True)
+class Proving:
+    """A boot a cut run started (and handed over): why it is proven rather than restarted, and
+    the cut run's marks (:data:`CARRIED`)."""
+
+    why: str
+    marks: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class StepLine:
     """What the CLI prints of a finished step."""
@@ -200,6 +220,21 @@ def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
     return left
 
 
+def booted_by(views: list[NodeView], started: dict[str, dict[str, Any]]) -> bool:
+    """Whether every engine container runs the start a run recorded (``cluster_started``): the
+    same ``StartedAt`` on every node, none started since by someone else."""
+    now = {v.name: {e.get("name"): e.get("started_at") for e in v.engines} for v in views}
+    return (
+        bool(started)
+        and all(
+            name in now.get(node, {}) and now[node][name] == at
+            for node, engines in started.items()
+            for name, at in engines.items()
+        )
+        and all(v.reachable for v in views)
+    )
+
+
 def resume_left(
     config: Config, link: Link, left: dict[str, list[str]]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -213,7 +248,11 @@ def resume_left(
         params = Params(voice=left[node.name])
         return link.call(node, "resume", params, bound + cluster.connect_timeout + CALL_MARGIN)
 
-    return fan_out([by_name[n] for n in left if n in by_name and left[n]], resume)
+    answers, failures = fan_out([by_name[n] for n in left if n in by_name and left[n]], resume)
+    for name in left:  # renamed or removed from [cluster] since: said, never dropped silently
+        if name not in by_name and left[name]:
+            failures[name] = f"no node named {name} in [cluster] now: resume its voice by hand"
+    return answers, failures
 
 
 def _cluster(config: Config) -> Any:
@@ -228,7 +267,7 @@ def restart_cluster(
     parts: ClusterParts,
     observer: Callable[[StepLine], None] | None = None,
     adopt: dict[str, list[str]] | None = None,
-    prove: str | None = None,
+    prove: Proving | None = None,
 ) -> ClusterOutcome:
     """Run the whole cluster sequence once. The caller holds the run lock; ``adopt``: voice an
     interrupted cluster run may have left paused, per node (see :func:`left_paused`): resumed
@@ -241,7 +280,10 @@ def restart_cluster(
     run.id = parts.journal.begin_run(reason)
     run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
     parts.journal.remember(
-        run.id, cluster=[n.name for n in run.cluster.nodes], cluster_voice=run.paused
+        run.id,
+        cluster=[n.name for n in run.cluster.nodes],
+        cluster_voice=run.paused,
+        **(prove.marks if prove else {}),
     )
     log.info("cluster_run_started", run=run.id, reason=reason)
     error: str | None = None
@@ -259,15 +301,18 @@ def restart_cluster(
         run.step("preflight", run.preflight)
         engine = run.head.engine[0]
         parts.journal.set_container(run.id, engine, run.ids.get(run.head.name, {}).get(engine))
-        if prove is None:
-            run.restart_steps(head_acts)
+        if prove is not None:
+            run.skip_why = f"not taken: {prove.why}"
+        elif parts.should_abort():  # stopping before anything is touched: touch nothing
+            raise SparkwardenError("sparkwarden is stopping: nothing was touched")
         else:
-            run.skip_why = f"not taken: {prove}"
+            run.restart_steps(head_acts)
         run.step("wait_health", run.wait_health)
         run.step("chat_probe", run.chat_probe)
         run.step("workers_running", run.workers_running)
     except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
         handed_over = True
+        parts.journal.remember(run.id, handed_over=time.time())
         log.warning("cluster_run_handed_over", run=run.id, reason=reason, why=str(exc))
         raise
     except StepFailed as exc:
@@ -317,6 +362,8 @@ class _ClusterRun:
         self.lost: dict[str, str] = {}
         #: each node's answer to its stop (its engines' state read after it: ``now``)
         self.stopped: dict[str, dict[str, Any]] = {}
+        #: each engine container's StartedAt after this run's start, by node
+        self.started: dict[str, dict[str, Any]] = {}
         #: what a step not taken says in the journal
         self.skip_why = "not reached: an earlier step failed"
 
@@ -350,6 +397,8 @@ class _ClusterRun:
         try:
             summary, detail = action()
             self.parts.after_action(name)
+        except HandedOver:
+            raise  # the step stays "running": the next sparkwarden ends the run
         except Exception as exc:
             said = scrub(str(exc))
             figures = exc.detail if isinstance(exc, StepFailed) else {}
@@ -531,7 +580,19 @@ class _ClusterRun:
                 "recreated behind sparkwarden's back: " + "; ".join(changed),
                 {"nodes": answers},
             )
+        self.note_started(
+            {
+                node: {name: got.get("started_at") for name, got in answer["started"].items()}
+                for node, answer in answers.items()
+            }
+        )
         return f"started the same containers on {', '.join(answers)}", {"nodes": answers}
+
+    def note_started(self, started: dict[str, dict[str, Any]]) -> None:
+        """Which start of each engine container this run made (``StartedAt``), in its plan: a
+        later sparkwarden proves only the boot this run started, not an operator's."""
+        self.started.update(started)
+        self.parts.journal.remember(self.id, cluster_started=self.started)
 
     def launch(self) -> tuple[str, dict[str, Any]]:
         """The launcher set-up: its own command starts the ranks (workers first, then the
@@ -547,6 +608,9 @@ class _ClusterRun:
     def launched(self) -> tuple[str, dict[str, Any]]:
         """After the launcher: every node's engine containers exist and run."""
         views, detail = self.engines_running("start_head", "after the launcher: ", worker=False)
+        self.note_started(
+            {v.name: {e["name"]: e.get("started_at") for e in v.engines} for v in views}
+        )
         return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
 
     def engines_running(

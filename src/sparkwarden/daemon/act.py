@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
+from sparkwarden.cluster import node as node_steps
 from sparkwarden.cluster import sequence as cluster_seq
 from sparkwarden.cluster import verdict as cluster_verdict
 from sparkwarden.cluster.link import SshLink
@@ -162,13 +163,22 @@ class Hands:
         )
         return slowest + 4 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
 
+    def _cluster_run_bound(self) -> float:
+        """The longest a whole cluster run may take: every slow step in turn, and every SSH
+        call's margins (systemd's start timeout is extended by it before a repair at start)."""
+        cfg, cluster = self.config, self.config.cluster
+        assert cluster is not None
+        steps = cfg.llm.health_timeout + cfg.llm.probe_timeout + cfg.memory.start_wait
+        steps += 2 * cfg.llm.stop_timeout + cluster.launcher_timeout
+        return steps + 12 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+
     def _cluster_sequence(
         self,
         reason: str,
         why: str,
         call: ManualCall | None,
         begun: Callable[[], None] = lambda: None,
-        prove: str | None = None,
+        prove: cluster_seq.Proving | None = None,
     ) -> do.RunEnded:
         """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
         voice a cut cluster run left paused on any node; the caller holds the run lock and
@@ -273,18 +283,31 @@ class Hands:
         return ended
 
     def _repair_cluster(self, run: RunRecord) -> None:
-        """A cluster run cut short (the caller holds the run lock): closed as interrupted.
-        Had it stopped an engine and a rank is down now, the whole cluster is restarted as
-        one, resuming what it paused; every rank up after the cut run's own start (a boot it
-        handed over when sparkwarden stopped): that boot is proven (``/health``, a chat, every
-        rank), then voice resumed; otherwise (cut before any stop, or an operator's start) only
-        the voice it left paused on any node is resumed, and the daemon watches the cluster."""
+        """A cluster run cut short (the caller holds the run lock): closed as interrupted, and
+        what it left mended from what the nodes are now:
+
+        - every engine container runs the very start the cut run made (same ``StartedAt``): the
+          boot it started (and handed over, when sparkwarden was stopped in its wait) is proven
+          (``/health``, a chat, every rank), then voice resumed; nothing is restarted;
+        - it had stopped an engine and a rank is down: the whole cluster is restarted as one,
+          unless the run was handed over, when whatever changed since (an operator's stop, a
+          crash) is the watch's to judge, with its gates;
+        - otherwise (cut before any stop, ranks an operator started) only the voice it left
+          paused on any node is resumed, and the daemon watches the cluster."""
         note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
         log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
         if self.config.cluster is None:  # [cluster] removed since: nothing to reach the nodes
             self.parts.journal.mark_interrupted(run.id, note)
             left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
-            log.error("cluster_run_not_repaired", run=run.id, why="no [cluster]", left=left)
+            here = left.pop(str((run.plan.get("cluster") or [""])[0]), [])
+            resumed = node_steps.resume(self.parts.docker, here)["resumed"] if here else []
+            log.error(
+                "cluster_run_not_repaired",
+                run=run.id,
+                why="no [cluster]: only this host's voice is resumed",
+                resumed=resumed,
+                left_on_nodes=left,
+            )
             return
         found_at = time.time()
         if "cluster" not in run.plan:
@@ -313,20 +336,20 @@ class Hands:
             health = self.parts.vllm.health(timeout=self.config.health.timeout).status
             state = cluster_verdict.judge(views, health).state
             up = state in ("serving", "unhealthy")  # every rank up, the head loading or not
-            # A rank down: the whole cluster restarted as one. Every rank up after the cut run
-            # had started them (a boot handed over, or cut after its start): that boot is
-            # proven (/health, a chat, every rank) before voice. Up without its start: an
-            # operator's doing; only voice is resumed, and the daemon watches it.
-            prove = (
-                f"the boot run #{run.id} started" if up and run.plan.get("llm_started_at") else None
-            )
-            if not up or prove:
+            prove = None
+            if up and cluster_seq.booted_by(views, dict(run.plan.get("cluster_started") or {})):
+                marks: dict[str, Any] = {
+                    k: run.plan[k] for k in cluster_seq.CARRIED if k in run.plan
+                }
+                prove = cluster_seq.Proving(f"the boot run #{run.id} started", marks)
+            if prove or (not up and not run.plan.get("handed_over")):
                 log.info("cluster_repair", run=run.id, cluster=state, prove=bool(prove))
                 # before READY=1: systemd's start timeout must wait for the whole run
-                self.sd.send(f"EXTEND_TIMEOUT_USEC={int(self._cluster_lease() * 1e6)}")
+                self.sd.send(f"EXTEND_TIMEOUT_USEC={int(self._cluster_run_bound() * 1e6)}")
                 why = f"{note}; the cluster is {state}"
                 self._cluster_sequence("repair", why, None, close, prove=prove)
                 return
+            log.info("cluster_repair_voice_only", run=run.id, cluster=state)
         left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
         if not left:
             close()

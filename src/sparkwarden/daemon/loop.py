@@ -179,7 +179,7 @@ class Daemon:
         self.stopping = True
         log.info("stop_requested", signal=signal.Signals(signum).name, running=self.hands.step)
         if self.hands.step is not None:
-            # The sequence stops waiting for /health and resumes voice before we exit.
+            # A boot wait is handed over at its next poll; other steps run to their end first.
             cfg = self.config
             self.sd.stopping(extend_s=cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60)
         else:

@@ -12,12 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from devtools.standin.stage import free_port, skeleton
 from sparkwarden.base import faults
@@ -281,6 +283,39 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
         assert taken["chat_probe"] == taken["workers_running"] == "ok", taken
         assert taken["stop_head"] == taken["start_head"] == "skipped", taken
         assert engine.started_at("head", engine.head) == booted_at  # proven, not restarted
+    finally:
+        if daemon is not None and daemon.alive():
+            daemon.stop()
+        engine.close()
+
+
+def test_cluster_removed_while_a_cut_run_waited_resumes_the_head_s_own_voice(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    """A cluster run killed mid-way, then ``[cluster]`` removed from the head's config before
+    the daemon starts again: it cannot reach the nodes, so it resumes the voice the run paused
+    on the head itself and names what stays paused elsewhere."""
+    engine = Engine(
+        kit,
+        tmp_path,
+        worker_voice=True,
+        head_voice=True,
+        control={"socket": str(tmp_path / "control.sock"), "group": ""},
+    )
+    daemon = None
+    try:
+        engine.wait_serving()
+        cut_after_stop_workers(kit, engine)
+        assert engine.stages["head"].status(engine.head_voice[0]) == "paused"
+        config = tomllib.loads(engine.config.read_text())
+        del config["cluster"]
+        engine.config.write_text(tomli_w.dumps(config))
+        daemon = HeadDaemon(kit, engine, tmp_path / "daemon.log")
+        daemon.wait_said("cluster_run_not_repaired")
+        assert engine.stages["head"].status(engine.head_voice[0]) == "running"
+        said = daemon.said()
+        assert "only this host's voice is resumed" in said and engine.voice[0] in said, said
+        assert engine.stages["w1"].status(engine.voice[0]) == "paused"  # out of reach: named
     finally:
         if daemon is not None and daemon.alive():
             daemon.stop()

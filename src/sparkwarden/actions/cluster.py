@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from sparkwarden.base import faults
 from sparkwarden.base.errors import LockBusy, SparkwardenError
-from sparkwarden.cluster.link import SshLink
-from sparkwarden.cluster.sequence import (
-    STEPS,
-    ClusterParts,
-    StepLine,
-    left_paused,
-    look,
-    restart_cluster,
-)
+from sparkwarden.cluster.looks import look
 from sparkwarden.cluster.verdict import as_json as cluster_json
 from sparkwarden.cluster.verdict import describe, judge, preflight_problems
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.journal import Journal
-from sparkwarden.restart.lock import RunLock
 from sparkwarden.vllm.client import Health, VllmClient
+
+if TYPE_CHECKING:
+    from sparkwarden.cluster.sequence import StepLine
 
 
 def restart(config: Config, reason: str) -> int:
@@ -29,6 +22,13 @@ def restart(config: Config, reason: str) -> int:
     single-host restart: the two never overlap)."""
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
+    # the restart's own machinery, imported only here: status and preflight stay light
+    from sparkwarden.base import faults
+    from sparkwarden.cluster.link import SshLink
+    from sparkwarden.cluster.sequence import ClusterParts, left_paused, restart_cluster
+    from sparkwarden.restart.journal import Journal
+    from sparkwarden.restart.lock import RunLock
+
     lock = RunLock(config.state.dir)
     try:
         lock.acquire(f"cluster:{reason}")
@@ -67,6 +67,8 @@ def restart(config: Config, reason: str) -> int:
 
 
 def _print_step(line: StepLine) -> None:
+    from sparkwarden.cluster.sequence import STEPS  # imported by the restart printing this
+
     head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
     print(f"{head}  {line.summary}", flush=True)
 
@@ -89,7 +91,10 @@ def status(config: Config, as_json: bool) -> int:
 def preflight(config: Config, as_json: bool) -> int:
     """What a restart's first step checks, touching nothing."""
     views = look(config)
-    problems = preflight_problems(views)
+    # a launcher's --rm containers are gone while its cluster is down, as in a run's preflight
+    problems = preflight_problems(
+        views, config.cluster is not None and config.cluster.setup == "launcher"
+    )
     if as_json:
         print(
             json.dumps(

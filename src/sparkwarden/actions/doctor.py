@@ -103,9 +103,9 @@ def gather(config: Config) -> list[Finding]:
         gateway = config.gateway
         findings += _listener("gateway", gateway.url, gateway.api_key_file, lambda: Engines())
     if config.cluster is not None:  # the head: which set-up every node shows, what it lacks
-        from sparkwarden.cluster import sequence, setup
+        from sparkwarden.cluster import looks, setup
 
-        findings += setup.check(sequence.look(config), config.cluster.setup)
+        findings += setup.check(looks.look(config), config.cluster.setup)
     return findings
 
 

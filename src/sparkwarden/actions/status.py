@@ -67,6 +67,6 @@ def run(where: Places, as_json: bool, config: Config | None = None) -> int:
 
 def cluster_view(config: Config) -> dict[str, Any]:
     """Every node, one bounded parallel look (the head's ``/health`` is already in ``llm``)."""
-    from sparkwarden.cluster import sequence, verdict
+    from sparkwarden.cluster import looks, verdict
 
-    return verdict.as_json(sequence.look(config, STATUS_MARGIN), None)
+    return verdict.as_json(looks.look(config, STATUS_MARGIN), None)

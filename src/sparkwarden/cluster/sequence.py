@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import UP_STATUSES
 from sparkwarden.base.errors import HandedOver, SparkwardenError, StepFailed, scrub
-from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, SshLink, run_launcher
+from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, run_launcher
+from sparkwarden.cluster.looks import CALL_MARGIN, cluster_of, fan_out, inspect_all
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
@@ -79,10 +79,6 @@ log = logs.get("sparkwarden.cluster")
 def steps(setup: str) -> tuple[str, ...]:
     """The order a cluster of this set-up is restarted in."""
     return RAY_STEPS if setup == "ray" else STEPS
-
-
-#: Added to every node call's own bound: ssh's connect, the node's Python starting.
-CALL_MARGIN = 30.0
 
 
 @dataclass
@@ -148,59 +144,6 @@ class ClusterOutcome:
     head_id: str | None = None
 
 
-def fan_out(
-    nodes: list[ClusterNode], call: Callable[[ClusterNode], dict[str, Any]]
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """One call per node, in parallel: (answers, failures by node name)."""
-    answers: dict[str, dict[str, Any]] = {}
-    failures: dict[str, str] = {}
-    if not nodes:
-        return answers, failures
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        futures = {node.name: pool.submit(call, node) for node in nodes}
-        for name, future in futures.items():
-            try:
-                answers[name] = future.result()
-            except (NodeUnreachable, NodeFailed) as exc:
-                failures[name] = scrub(str(exc))
-    return answers, failures
-
-
-def inspect_all(config: Config, link: Link, margin: float = CALL_MARGIN) -> list[NodeView]:
-    """Every node's ``node inspect`` answer, in parallel, as views (unreachable ones too);
-    each call bounded by the connect timeout plus ``margin``."""
-    cluster = _cluster(config)
-    timeout = cluster.connect_timeout + margin
-
-    # the launcher's containers idle: a rank exec'd into one may have died inside it
-    process = cluster.setup == "launcher"
-
-    def ask(node: ClusterNode) -> dict[str, Any]:
-        params = Params(node.engine, node.voice, engine_process=process)
-        return link.call(node, "inspect", params, timeout)
-
-    answers, failures = fan_out(cluster.nodes, ask)
-    return [
-        NodeView(
-            node.name,
-            "head" if i == 0 else "worker",
-            answers.get(node.name),
-            failures.get(node.name, ""),
-        )
-        for i, node in enumerate(cluster.nodes)
-    ]
-
-
-def look(config: Config, margin: float = CALL_MARGIN) -> list[NodeView]:
-    """Every node's answer now, over a link of its own (one SSH connection per node, closed
-    after)."""
-    link = SshLink(_cluster(config))
-    try:
-        return inspect_all(config, link, margin)
-    finally:
-        link.close()
-
-
 def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
     """Voice that cluster runs cut short (still ``running``, or found ``interrupted``) may have
     left paused, per node, from the newest run back to the last cluster run that ended (it
@@ -240,7 +183,7 @@ def resume_left(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Resume, on each node, the voice cut cluster runs left paused (``left``, from
     :func:`left_paused`): (answers, failures by node)."""
-    cluster = _cluster(config)
+    cluster = cluster_of(config)
     by_name = {node.name: node for node in cluster.nodes}
 
     def resume(node: ClusterNode) -> dict[str, Any]:
@@ -253,12 +196,6 @@ def resume_left(
         if name not in by_name and left[name]:
             failures[name] = f"no node named {name} in [cluster] now: resume its voice by hand"
     return answers, failures
-
-
-def _cluster(config: Config) -> Any:
-    if config.cluster is None:
-        raise SparkwardenError("no [cluster] in the config: this host drives no cluster")
-    return config.cluster
 
 
 def restart_cluster(
@@ -349,7 +286,7 @@ class _ClusterRun:
         self, config: Config, parts: ClusterParts, observer: Callable[[StepLine], None]
     ) -> None:
         self.config, self.parts, self.observer = config, parts, observer
-        self.cluster = _cluster(config)
+        self.cluster = cluster_of(config)
         self.head: ClusterNode = self.cluster.nodes[0]
         self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
         self.order = steps(self.cluster.setup)

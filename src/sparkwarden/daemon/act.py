@@ -17,6 +17,7 @@ from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
+from sparkwarden.cluster import looks
 from sparkwarden.cluster import node as node_steps
 from sparkwarden.cluster import sequence as cluster_seq
 from sparkwarden.cluster import verdict as cluster_verdict
@@ -161,7 +162,7 @@ class Hands:
             2 * cfg.llm.stop_timeout,
             cluster.launcher_timeout,
         )
-        return slowest + 4 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+        return slowest + 4 * (cluster.connect_timeout + looks.CALL_MARGIN)
 
     def _cluster_run_bound(self) -> float:
         """The longest a whole cluster run may take: every slow step in turn, and every SSH
@@ -170,7 +171,7 @@ class Hands:
         assert cluster is not None
         steps = cfg.llm.health_timeout + cfg.llm.probe_timeout + cfg.memory.start_wait
         steps += 2 * cfg.llm.stop_timeout + cluster.launcher_timeout
-        return steps + 12 * (cluster.connect_timeout + cluster_seq.CALL_MARGIN)
+        return steps + 12 * (cluster.connect_timeout + looks.CALL_MARGIN)
 
     def _cluster_sequence(
         self,
@@ -330,7 +331,7 @@ class Hands:
         if run.plan.get("stop_head_sent") or run.plan.get("stop_workers_sent"):
             link = SshLink(self.config.cluster)
             try:
-                views = cluster_seq.inspect_all(self.config, link)
+                views = looks.inspect_all(self.config, link)
             finally:
                 link.close()
             health = self.parts.vllm.health(timeout=self.config.health.timeout).status

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from sparkwarden.base import logs
-from sparkwarden.cluster.sequence import CALL_MARGIN, look
+from sparkwarden.cluster.looks import CALL_MARGIN, look
 from sparkwarden.cluster.verdict import judge
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config.schema import Config

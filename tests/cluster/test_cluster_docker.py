@@ -245,9 +245,10 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
         left open, the voice still paused."""
         assert daemon is not None
         deadline = time.monotonic() + 60
-        while (
-            not any(s["name"] == "wait_health" for s in history()[0]["steps"])
-            or history()[0]["reason"] != reason
+        while not (
+            (runs := history())
+            and runs[0]["reason"] == reason
+            and any(s["name"] == "wait_health" for s in runs[0]["steps"])
         ):
             assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
             time.sleep(0.2)

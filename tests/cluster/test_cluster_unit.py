@@ -16,7 +16,7 @@ from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
 from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
-from sparkwarden.cluster.node import Params, engine_view, runs_vllm
+from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
 from sparkwarden.cluster.sequence import (
     STEPS,
     ClusterParts,
@@ -98,7 +98,8 @@ class FakeLink:
             return {"stopped": list(engines), "now": {n: e["status"] for n, e in engines.items()}}
         if verb == "drop":
             if node.name in self.low_memory:
-                raise NodeFailed(node.name, "memory did not come back: 20.0 GiB available")
+                said = "memory did not come back: 20.0 GiB available"
+                raise NodeFailed(node.name, said, {"ok": False, "available_after_gib": 20.0})
             return {"summary": "20.0 -> 100.0 GiB"}
         if verb == "start":
             for engine in engines.values():
@@ -246,10 +247,12 @@ def test_mismatched_images_refused(tmp_path: Path) -> None:
 def test_memory_not_back_on_one_node_starts_nothing_and_resumes_voice(tmp_path: Path) -> None:
     link = FakeLink()
     link.low_memory.add("w1")
-    outcome, _, engine = run(tmp_path, link)
+    outcome, journal, engine = run(tmp_path, link)
     assert outcome.failed_step == "drop_caches" and "w1" in (outcome.error or "")
     assert link.verbs("start") == [] and engine.chats == 0
     assert link.voice["head"]["stt"] == "running"
+    # the node whose memory did not come back keeps its reading: the memory trend needs it
+    assert journal.memory_after_drops(0.0)["w1"] == [20.0]
 
 
 @pytest.mark.parametrize("verb", ["stop", "drop"])
@@ -567,6 +570,12 @@ def test_a_launcher_rank_is_seen_by_vllm_s_own_program(command: str, is_vllm: bo
     """What makes a running launcher container not idle: a vLLM process in it, by its
     program, not by a path that merely names vllm."""
     assert runs_vllm(command) is is_vllm
+
+
+def test_a_ray_worker_s_raylet_keeps_a_launcher_container_from_idle() -> None:
+    raylet = "/usr/local/lib/python3.12/dist-packages/ray/core/src/ray/raylet/raylet --node-ip=x"
+    assert runs_engine(raylet) and not runs_vllm(raylet)
+    assert not runs_engine("sleep infinity") and runs_engine("vllm serve m")
 
 
 def test_a_launcher_container_whose_processes_cannot_be_read_is_never_called_idle() -> None:

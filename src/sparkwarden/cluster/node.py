@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 IDLE = "idle"
 #: vLLM's program, as a process's command line shows it (``vllm serve``, ``-m vllm...``).
 ENGINE_PROGRAM = "vllm"
+#: A Ray node's own process (``.../ray/core/src/ray/raylet/raylet ...``).
+RAY_NODE_PROGRAM = "raylet"
 
 
 def inspect(
@@ -63,7 +65,7 @@ def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -
     status, unread = state.status, None
     if engine_process and status == "running":
         try:
-            if not any(runs_vllm(line) for line in docker.processes(name)):
+            if not any(runs_engine(line) for line in docker.processes(name)):
                 status = IDLE
         except SparkwardenError as exc:  # stopped or paused since, or no ps: not called idle
             unread = str(exc)
@@ -80,6 +82,14 @@ def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -
         "auto_remove": bool((attrs.get("HostConfig") or {}).get("AutoRemove")),
         **({"processes_unread": unread} if unread else {}),
     }
+
+
+def runs_engine(command: str) -> bool:
+    """Whether a process in an engine container is a part of the engine: vLLM (see
+    :func:`runs_vllm`), or Ray's ``raylet`` (a worker node of a Ray cluster that a launcher
+    started: its vLLM ranks are Ray actors, the raylet is what lives as long as the node)."""
+    words = command.split()
+    return runs_vllm(command) or (bool(words) and words[0].rsplit("/", 1)[-1] == RAY_NODE_PROGRAM)
 
 
 def runs_vllm(command: str) -> bool:

@@ -481,15 +481,22 @@ class _ClusterRun:
         params = Params(
             gate_gib=mem.start_min_available_gib, wait=mem.start_wait, interval=mem.drop_interval
         )
-        answers, failures = fan_out(
-            self.cluster.nodes, lambda node: self.call(node, "drop", params, mem.start_wait)
-        )
+        failed_figures: dict[str, dict[str, Any]] = {}
+
+        def drop(node: ClusterNode) -> dict[str, Any]:
+            try:
+                return self.call(node, "drop", params, mem.start_wait)
+            except NodeFailed as exc:  # its figures too: the memory trend needs this reading
+                failed_figures[node.name] = {k: v for k, v in exc.answer.items() if k != "ok"}
+                raise
+
+        answers, failures = fan_out(self.cluster.nodes, drop)
         if failures:
             raise StepFailed(
                 "drop_caches",
                 "nothing started: memory did not come back on every node: "
                 + "; ".join(failures.values()),
-                {"nodes": answers, "failed": failures},
+                {"nodes": {**answers, **failed_figures}, "failed": failures},
             )
         said = "; ".join(f"{n}: {a.get('summary', '')}" for n, a in answers.items())
         return said, {"nodes": answers}

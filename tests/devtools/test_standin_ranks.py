@@ -5,7 +5,6 @@ headless rank outlives its head and never rejoins. Processes on loopback, ended 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,26 +12,22 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devtools.standin.stage import STANDIN_DIR, free_port
+from devtools.standin.stage import free_port
+from tests.kits.standin_procs import StandinProcs
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
 
 
-class Ranks:
+class Ranks(StandinProcs):
     """A head and a headless rank of one stand-in engine, as processes of this host."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.port, self.master = free_port(), free_port()
-        self.logs = tmp_path
-        self.procs: list[subprocess.Popen[bytes]] = []
+        super().__init__(tmp_path, "head")
+        self.master = free_port()
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-u", str(STANDIN_DIR / "vllm_standin.py"), "--nnodes", "2"]
-        command += ["--master-addr", "127.0.0.1", "--master-port", str(self.master), *args]
-        with (self.logs / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append(proc)
-        return proc
+        nodes = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(self.master)]
+        return self.run(name, "vllm_standin.py", *nodes, *args)
 
     def head(self) -> subprocess.Popen[bytes]:
         return self.start(
@@ -41,27 +36,6 @@ class Ranks:
 
     def worker(self) -> subprocess.Popen[bytes]:
         return self.start("worker", "--headless", "--node-rank", "1")
-
-    def health(self) -> int | None:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code
-        except httpx.ConnectError:
-            return None
-
-    def wait_health(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.health() != 200:
-            assert time.monotonic() < deadline, self.log("head")
-            time.sleep(0.1)
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -6,37 +6,30 @@ Processes on loopback, ended by PID; Ray's temp dir is the test's own."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from devtools.standin.stage import STANDIN_DIR, free_port
+from devtools.standin.stage import free_port
+from tests.kits.standin_procs import StandinProcs
 
 
-class RayProcs:
-    """A Ray head, its workers and a ``vllm serve --distributed-executor-backend ray``."""
+class RayProcs(StandinProcs):
+    """A Ray head, its workers and a ``vllm serve --distributed-executor-backend ray``; Ray's
+    temp dir the test's own, its timeouts short."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.port, self.gcs = free_port(), free_port()
-        self.logs = tmp_path
-        self.env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")}
-        self.env["RAY_gcs_rpc_server_reconnect_timeout_s"] = "1"
-        self.env["RAY_health_check_period_ms"] = "200"  # a dead node marked so after 1 s
+        env = {
+            "RAY_TMPDIR": str(tmp_path / "ray"),
+            "RAY_gcs_rpc_server_reconnect_timeout_s": "1",
+            "RAY_health_check_period_ms": "200",  # a dead node marked so after 1 s
+        }
+        super().__init__(tmp_path, "vllm", env)
         self.env.pop("RAY_ADDRESS", None)
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def run(self, name: str, script: str, *args: str) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-u", str(STANDIN_DIR / script), *args]
-        with (self.logs / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        self.procs.append(proc)
-        return proc
+        self.gcs = free_port()
 
     def head(self) -> subprocess.Popen[bytes]:
         return self.run(
@@ -56,27 +49,6 @@ class RayProcs:
             *("--host", "127.0.0.1", "--port", str(self.port)),
             *("--distributed-executor-backend", "ray", "-tp", str(tp), "--pg-timeout", "3"),
         )
-
-    def health(self) -> int | None:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code
-        except httpx.ConnectError:
-            return None
-
-    def wait_health(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.health() != 200:
-            assert time.monotonic() < deadline, self.log("vllm")
-            time.sleep(0.1)
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text()
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

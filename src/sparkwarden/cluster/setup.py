@@ -164,19 +164,15 @@ def _ray(
         joins = start.options["address"].rpartition(":")[2]
         if joins != port:
             missing.append(f"{name}: joins port {joins}, but the head's GCS listens on {port}")
-    if not missing:
-        return [Finding("info", SUBJECT, "ray", f"Ray set-up complete on {nodes} nodes", "-")]
-    return [
-        Finding(
-            "error",
-            SUBJECT,
-            "ray",
-            "Ray set-up incomplete: " + "; ".join(missing),
-            "the head's container: ray start --head --port=6379 && exec vllm serve ... "
-            "--distributed-executor-backend ray -tp N; each worker's: ray start --block "
-            '--address=HEAD:6379 (or setup = "launcher" with the script that starts them)',
-        )
-    ]
+    return _findings(
+        "ray",
+        missing,
+        f"Ray set-up complete on {nodes} nodes",
+        "Ray set-up incomplete: ",
+        "the head's container: ray start --head --port=6379 && exec vllm serve ... "
+        "--distributed-executor-backend ray -tp N; each worker's: ray start --block "
+        '--address=HEAD:6379 (or setup = "launcher" with the script that starts them)',
+    )
 
 
 def _ray_head(
@@ -236,16 +232,21 @@ def _native(ranks: dict[str, dict[str, str]], nodes: int) -> list[Finding]:
             missing.append(f"{name}: a worker without --headless")
         if not head and "master-addr" not in flags:
             missing.append(f"{name}: a worker without --master-addr (the head's address)")
+    said = ", ".join(f"{n} rank {f.get('node-rank', '0')}" for n, f in ranks.items())
+    return _findings(
+        "ranks",
+        missing,
+        f"native ranks complete: {said}",
+        "native set-up incomplete: ",
+        "recreate the engine's containers with vLLM's --nnodes N --node-rank R "
+        "--master-addr HEAD, --headless on the workers",
+    )
+
+
+def _findings(
+    check: str, missing: list[str], complete: str, incomplete: str, fix: str
+) -> list[Finding]:
+    """One set-up's verdict: complete (info), or every missing piece in one error."""
     if not missing:
-        said = ", ".join(f"{n} rank {f.get('node-rank', '0')}" for n, f in ranks.items())
-        return [Finding("info", SUBJECT, "ranks", f"native ranks complete: {said}", "-")]
-    return [
-        Finding(
-            "error",
-            SUBJECT,
-            "ranks",
-            "native set-up incomplete: " + "; ".join(missing),
-            "recreate the engine's containers with vLLM's --nnodes N --node-rank R "
-            "--master-addr HEAD, --headless on the workers",
-        )
-    ]
+        return [Finding("info", SUBJECT, check, complete, "-")]
+    return [Finding("error", SUBJECT, check, incomplete + "; ".join(missing), fix)]

@@ -213,8 +213,10 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
             assert time.monotonic() < deadline, result.stdout + result.stderr
             time.sleep(0.5)
     finally:
-        said = daemon.stop() if daemon is not None else ""
-        engine.close()
+        try:
+            said = daemon.stop() if daemon is not None else ""
+        finally:
+            engine.close()
     assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
@@ -285,9 +287,11 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
         assert taken["stop_head"] == taken["start_head"] == "skipped", taken
         assert engine.started_at("head", engine.head) == booted_at  # proven, not restarted
     finally:
-        if daemon is not None and daemon.alive():
-            daemon.stop()
-        engine.close()
+        try:
+            if daemon is not None and daemon.alive():
+                daemon.stop()
+        finally:
+            engine.close()
 
 
 def test_cluster_removed_while_a_cut_run_waited_resumes_the_head_s_own_voice(
@@ -318,9 +322,11 @@ def test_cluster_removed_while_a_cut_run_waited_resumes_the_head_s_own_voice(
         assert "only this host's voice is resumed" in said and engine.voice[0] in said, said
         assert engine.stages["w1"].status(engine.voice[0]) == "paused"  # out of reach: named
     finally:
-        if daemon is not None and daemon.alive():
-            daemon.stop()
-        engine.close()
+        try:
+            if daemon is not None and daemon.alive():
+                daemon.stop()
+        finally:
+            engine.close()
 
 
 def test_three_nodes_a_lost_rank_named_and_the_three_restarted_as_one(tmp_path: Path) -> None:
@@ -600,9 +606,11 @@ def test_ray_set_up_restarted_head_first_and_a_dead_worker_restarts_all(
         head_log = engine.stages["head"].client.containers.get(engine.head).logs().decode()
         assert "RayWorkerProc rank=[1] died unexpectedly" in head_log, head_log[-2000:]
     finally:
-        if daemon is not None:
-            daemon.stop()
-        engine.close()
+        try:
+            if daemon is not None:
+                daemon.stop()
+        finally:
+            engine.close()
 
 
 def test_docs_commands_run_as_written(engine: Engine) -> None:

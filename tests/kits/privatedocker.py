@@ -8,6 +8,7 @@ restarts, and everything that talks to its containers by port runs in that names
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import docker
+import docker.errors
 
 from tests.kits.commands import ROOT
 
@@ -81,6 +83,20 @@ class PrivateDocker:
                 self.proc.kill()
                 self.proc.wait()
 
+    def remove_containers(self) -> None:
+        """Every container of this engine removed, whatever a failed test left: the engine is
+        the test's own, so all of them are; a stopped engine would orphan their processes."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(docker.errors.DockerException):
+            client = self.client()
+            try:
+                for container in client.containers.list(all=True):
+                    with contextlib.suppress(docker.errors.DockerException):
+                        container.remove(force=True)
+            finally:
+                client.close()
+
     def restart(self) -> None:
         self.stop()
         self.restarts += 1
@@ -122,6 +138,7 @@ class PrivateDocker:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def close(self) -> None:
+        self.remove_containers()
         self.stop()
         # The engine leaves mounts under its own directories: take them down, deepest first.
         mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]

@@ -122,10 +122,8 @@ class Stage:
         return name, port
 
     def voice(self, role: str, start: bool = True, **create: Any) -> str:
-        name = self.name(role)
         command = [PYTHON, "-u", "/standin/vllm_standin.py", "--role", "voice"]
-        self._create(name, command, start=start, **create)
-        return name
+        return self.command(role, command, start=start, **create)
 
     def command(self, role: str, command: list[str], start: bool = True, **create: Any) -> str:
         """A container running ``command`` on the stand-in image (a Ray node, ...); its name."""

@@ -1037,9 +1037,8 @@ class Ranks:
 class RayPlacement:
     """The engine's placement group on a Ray cluster: one node per rank, watched for deaths."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.world = args.tensor_parallel_size * args.pipeline_parallel_size
+    def __init__(self, args: argparse.Namespace, world: int) -> None:
+        self.args, self.world = args, world
         self.placed: list[str] = []
 
     def gather(self) -> None:
@@ -1326,7 +1325,7 @@ def main(argv: list[str]) -> None:
         ranks.gather()
     world = args.tensor_parallel_size * args.pipeline_parallel_size
     if args.distributed_executor_backend == "ray":
-        RayPlacement(args).gather()
+        RayPlacement(args, world).gather()
     elif world > 1 and args.nnodes == 1:  # vllm/config/parallel.py 0.33.0:1066 (0.12 on)
         raise SystemExit(
             f"ValueError: World size ({world}) is larger than the number of available GPUs (1) "

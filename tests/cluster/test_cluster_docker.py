@@ -99,6 +99,15 @@ class HeadDaemon:
         return self.said()
 
 
+def finish(daemon: HeadDaemon | None, engine: Engine) -> str:
+    """A daemon test's end: the daemon it started stopped (stopping one already ended is
+    harmless), its log returned, and its engine removed even when stopping fails."""
+    try:
+        return daemon.stop() if daemon is not None else ""
+    finally:
+        engine.close()
+
+
 def cut_after_stop_workers(kit: ClusterKit, engine: Engine) -> None:
     """A ``cluster restart`` on the head killed (-9, by its pid) once every rank is stopped and
     the worker's voice paused, before its stop_workers step is recorded."""
@@ -213,10 +222,7 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
             assert time.monotonic() < deadline, result.stdout + result.stderr
             time.sleep(0.5)
     finally:
-        try:
-            said = daemon.stop() if daemon is not None else ""
-        finally:
-            engine.close()
+        said = finish(daemon, engine)
     assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
@@ -287,11 +293,7 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
         assert taken["stop_head"] == taken["start_head"] == "skipped", taken
         assert engine.started_at("head", engine.head) == booted_at  # proven, not restarted
     finally:
-        try:
-            if daemon is not None and daemon.alive():
-                daemon.stop()
-        finally:
-            engine.close()
+        finish(daemon, engine)
 
 
 def test_cluster_removed_while_a_cut_run_waited_resumes_the_head_s_own_voice(
@@ -322,11 +324,7 @@ def test_cluster_removed_while_a_cut_run_waited_resumes_the_head_s_own_voice(
         assert "only this host's voice is resumed" in said and engine.voice[0] in said, said
         assert engine.stages["w1"].status(engine.voice[0]) == "paused"  # out of reach: named
     finally:
-        try:
-            if daemon is not None and daemon.alive():
-                daemon.stop()
-        finally:
-            engine.close()
+        finish(daemon, engine)
 
 
 def test_three_nodes_a_lost_rank_named_and_the_three_restarted_as_one(tmp_path: Path) -> None:
@@ -606,11 +604,7 @@ def test_ray_set_up_restarted_head_first_and_a_dead_worker_restarts_all(
         head_log = engine.stages["head"].client.containers.get(engine.head).logs().decode()
         assert "RayWorkerProc rank=[1] died unexpectedly" in head_log, head_log[-2000:]
     finally:
-        try:
-            if daemon is not None:
-                daemon.stop()
-        finally:
-            engine.close()
+        finish(daemon, engine)
 
 
 def test_docs_commands_run_as_written(engine: Engine) -> None:

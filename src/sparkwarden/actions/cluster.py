@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from sparkwarden.base.errors import LockBusy, SparkwardenError
-from sparkwarden.cluster.looks import look
+from sparkwarden.cluster.looks import cluster_of, look
 from sparkwarden.cluster.verdict import as_json as cluster_json
 from sparkwarden.cluster.verdict import describe, judge, preflight_problems
 from sparkwarden.config.schema import Config
@@ -92,9 +92,7 @@ def preflight(config: Config, as_json: bool) -> int:
     """What a restart's first step checks, touching nothing."""
     views = look(config)
     # a launcher's --rm containers are gone while its cluster is down, as in a run's preflight
-    problems = preflight_problems(
-        views, config.cluster is not None and config.cluster.setup == "launcher"
-    )
+    problems = preflight_problems(views, cluster_of(config).containers_launched)
     if as_json:
         print(
             json.dumps(

@@ -42,11 +42,9 @@ def inspect_all(config: Config, link: Link, margin: float = CALL_MARGIN) -> list
     cluster = cluster_of(config)
     timeout = cluster.connect_timeout + margin
 
-    # the launcher's containers idle: a rank exec'd into one may have died inside it
-    process = cluster.setup == "launcher"
-
     def ask(node: ClusterNode) -> dict[str, Any]:
-        params = Params(node.engine, node.voice, engine_process=process)
+        # the launcher's containers idle: a rank exec'd into one may have died inside it
+        params = Params(node.engine, node.voice, engine_process=cluster.containers_launched)
         return link.call(node, "inspect", params, timeout)
 
     answers, failures = fan_out(cluster.nodes, ask)

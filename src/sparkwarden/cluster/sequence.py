@@ -314,7 +314,7 @@ class _ClusterRun:
         self.step("stop_workers", lambda: self.stop(self.workers))
         self.step("confirm_stopped", self.confirm_stopped)
         self.step("drop_caches", self.drop_caches)
-        if self.cluster.setup == "launcher":
+        if self.cluster.containers_launched:
             head_acts("llm_started_at")  # the launcher starts the head too
             self.step("start_workers", self.launch)
             self.step("start_head", self.launched)
@@ -386,7 +386,7 @@ class _ClusterRun:
         seconds = round(self.parts.monotonic() - began, 3)
         nodes = {v.name: v.answer or {"problem": v.problem} for v in self.views}
         # a launcher's --rm containers are gone while its cluster is down: it makes them
-        problems = preflight_problems(self.views, self.cluster.setup == "launcher")
+        problems = preflight_problems(self.views, self.cluster.containers_launched)
         if problems:
             raise StepFailed(
                 "preflight",
@@ -604,11 +604,10 @@ class _ClusterRun:
                 )
             # an engine that went down while loading (an operator's stop, a crash) fails now,
             # not at the end of a cold boot's timeout
-            process = self.cluster.setup == "launcher"
             head = self.call(
                 self.head,
                 "inspect",
-                Params(self.head.engine, engine_process=process),
+                Params(self.head.engine, engine_process=self.cluster.containers_launched),
                 self.config.docker.timeout,
             )
             if down := [e for e in head.get("engines", []) if e.get("status") != "running"]:

@@ -27,21 +27,20 @@ FIXES: dict[str, str] = {
 }
 
 
-def seen(engine: dict[str, Any]) -> tuple[Setup, dict[str, str]]:
-    """One engine container's set-up, and its vLLM flags."""
+def seen(engine: dict[str, Any]) -> tuple[Setup, dict[str, str], list[str]]:
+    """One engine container's set-up, its vLLM flags, and every word of its command (each
+    part of a shell chain: the Ray checks read ``ray start`` there)."""
     command = engine.get("command") or []
     words = serve_flags.unwrap(command)
+    every = serve_flags.every_word(command)
     flags = serve_flags.read(words)
-    if (
-        _ray_start(serve_flags.every_word(command))
-        or flags.get("distributed-executor-backend") == "ray"
-    ):
-        return "ray", flags
+    if _ray_start(every) or flags.get("distributed-executor-backend") == "ray":
+        return "ray", flags, every
     if "nnodes" in flags:
-        return "native", flags
+        return "native", flags, every
     if engine.get("auto_remove") and not any("vllm" in word for word in words):
-        return "launcher", flags
-    return "unknown", flags
+        return "launcher", flags, every
+    return "unknown", flags, every
 
 
 def check(views: list[NodeView], configured: str) -> list[Finding]:
@@ -67,10 +66,9 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
                         "create it",
                     )
                 continue
-            kind, flags = seen(engine)
+            kind, flags, commands[view.name] = seen(engine)
             kinds[f"{view.name}/{engine.get('name')}"] = kind
             ranks[view.name] = {**flags, "role": view.role}
-            commands[view.name] = serve_flags.every_word(engine.get("command") or [])
     unknown = [where for where, kind in kinds.items() if kind == "unknown"]
     if unknown:
         add(

@@ -411,6 +411,12 @@ class ClusterConfig(_Section):
     #: catch a rank mid-restart)
     confirm: Annotated[int, Field(ge=1)] = 2
 
+    @property
+    def containers_launched(self) -> bool:
+        """The launcher's containers: ``--rm`` (absent while the cluster is down) and idling,
+        the ranks exec'd into them (a running container may hold a dead rank)."""
+        return self.setup == "launcher"
+
     @model_validator(mode="after")
     def _launcher(self) -> ClusterConfig:
         if self.setup == "launcher" and not self.launcher.strip():

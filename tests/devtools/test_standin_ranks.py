@@ -47,9 +47,9 @@ def ranks(tmp_path: Path) -> Iterator[Ranks]:
 
 def test_rank0_keeps_its_port_closed_until_its_rank_joins(ranks: Ranks) -> None:
     ranks.head()
-    time.sleep(1.5)
-    assert ranks.health() is None  # waiting at the rendezvous, as "Init torch distributed begin"
-    assert "Init torch distributed begin" in ranks.log("head")
+    ranks.wait_log("head", "Init torch distributed begin")
+    time.sleep(1.0)
+    assert ranks.health() is None  # waiting at the rendezvous, its port closed
     ranks.worker()
     ranks.wait_health()
     assert "rank 1 joined" in ranks.log("head")

@@ -25,16 +25,20 @@ class RayProcs(StandinProcs):
         env = {
             "RAY_TMPDIR": str(tmp_path / "ray"),
             "RAY_gcs_rpc_server_reconnect_timeout_s": "1",
-            "RAY_health_check_period_ms": "200",  # a dead node marked so after 1 s
+            "RAY_health_check_period_ms": "400",  # a dead node marked so after 2 s
         }
         super().__init__(tmp_path, "vllm", env)
         self.env.pop("RAY_ADDRESS", None)
         self.gcs = free_port()
 
     def head(self) -> subprocess.Popen[bytes]:
-        return self.run(
+        """Returned once its GCS is up, as ``ray start --head`` without ``--block`` does: an
+        engine started before that finds no cluster and starts a local one, as vLLM would."""
+        head = self.run(
             "ray-head", "ray_standin.py", "start", "--head", "--port", str(self.gcs), "--block"
         )
+        self.wait_log("ray-head", "Ray runtime started")
+        return head
 
     def worker(self, name: str = "w1") -> subprocess.Popen[bytes]:
         address = f"--address=127.0.0.1:{self.gcs}"
@@ -60,7 +64,6 @@ def ray(tmp_path: Path) -> Iterator[RayProcs]:
 
 def test_the_engine_waits_for_a_node_per_rank_on_the_cluster_ray_start_left(ray: RayProcs) -> None:
     ray.head()
-    time.sleep(0.5)
     engine = ray.engine(tp=2)
     time.sleep(1.0)
     assert ray.health() is None  # one node (the head) of two: its port stays closed
@@ -73,7 +76,6 @@ def test_the_engine_waits_for_a_node_per_rank_on_the_cluster_ray_start_left(ray:
 
 def test_without_enough_nodes_the_placement_group_times_out(ray: RayProcs) -> None:
     ray.head()
-    time.sleep(0.5)
     engine = ray.engine(tp=2)
     assert engine.wait(timeout=15) == 1
     assert "Cannot provide a placement group requiring 2 GPUs" in ray.log("vllm")
@@ -118,9 +120,6 @@ def test_a_worker_waits_for_a_head_not_yet_up_but_never_joins_a_new_one(ray: Ray
 def test_docker_stop_s_sigterm_ends_ray_start_block(ray: RayProcs) -> None:
     ray.head()
     worker = ray.worker()
-    deadline = time.monotonic() + 10
-    while "joined the cluster" not in ray.log("w1"):
-        assert time.monotonic() < deadline, ray.log("w1")
-        time.sleep(0.1)
+    ray.wait_log("w1", "joined the cluster")
     worker.terminate()
     assert worker.wait(timeout=3) == 0  # not the stop timeout's SIGKILL

@@ -48,6 +48,13 @@ class StandinProcs:
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text()
 
+    def wait_log(self, name: str, text: str, timeout: float = 10.0) -> None:
+        """Until ``text`` is in ``name``'s log."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log(name):
+            assert time.monotonic() < deadline, self.log(name)
+            time.sleep(0.05)
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:

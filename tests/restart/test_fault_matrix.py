@@ -959,3 +959,57 @@ def test_a_daemon_whose_clock_steps_back_still_sees_a_real_crash(
     finally:
         daemon.stop()
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+# --- 26. the operator's terminal goes mid-run: Ctrl-C, then the SSH session drops -------------
+
+
+def test_a_foreground_run_goes_on_through_ctrl_c_and_a_dropped_terminal(
+    stage: Stage, make_daemon_config: Any
+) -> None:
+    """No daemon: ``sparkwarden restart`` runs the sequence itself. Ctrl-C while ``docker stop``
+    tears the engine down, then SIGHUP (the SSH session gone): the run goes on to its end, the
+    engine started again and voice resumed, not left paused for the next daemon's repair."""
+    llm, port, stt = serving(stage, "--stop-delay", "4")
+    config = make_daemon_config([llm], port, [stt])  # its socket: nobody listens
+    since = time.time()
+    client = start_cli(config, "restart")
+    try:
+        wait_event(stage, llm, "kill", since)  # in stop_llm: voice paused, the engine going down
+        assert stage.status(stt) == "paused"
+        client.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        client.send_signal(signal.SIGHUP)
+        out, err = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, out + err
+    assert "SIGINT: the restart goes on to its end" in err, err
+    assert "SIGHUP" not in err and "chat_probe" not in out  # its terminal gone: to /dev/null
+    (run,) = history(config)
+    assert run["result"] == "ok", run
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+def test_ctrl_c_on_a_restart_the_daemon_runs_ends_only_the_view(
+    stage: Stage, make_daemon_config: Any, daemons: Any
+) -> None:
+    llm, port, stt = serving(stage, "--stop-delay", "2")
+    config = make_daemon_config([llm], port, [stt])
+    daemons(config)
+    client = start_cli(config, "restart")
+    try:
+        wait_for("the run in stop_llm", lambda: running_step(config) == "stop_llm", timeout=60)
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 130 and "Traceback" not in err, out + err
+    assert "run #1 goes on in the daemon: see 'sparkwarden history'" in out, out
+    run = wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0])
+    assert run["result"] == "ok", run
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING
 
+from sparkwarden.actions.foreground import uncut
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.looks import cluster_of, look
 from sparkwarden.cluster.verdict import as_json as cluster_json
@@ -50,7 +52,8 @@ def restart(config: Config, reason: str) -> int:
             if "cluster" in record.plan:
                 note = f"sparkwarden (pid {record.pid}) stopped during this cluster run"
                 parts.journal.mark_interrupted(record.id, note)
-        outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
+        with uncut("the cluster restart"):
+            outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
     finally:
         link.close()
         parts.vllm.close()
@@ -70,7 +73,8 @@ def _print_step(line: StepLine) -> None:
     from sparkwarden.cluster.sequence import STEPS  # imported by the restart printing this
 
     head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
-    print(f"{head}  {line.summary}", flush=True)
+    with contextlib.suppress(OSError):  # a terminal gone never fails a step
+        print(f"{head}  {line.summary}", flush=True)
 
 
 def status(config: Config, as_json: bool) -> int:

@@ -7,11 +7,14 @@ same lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from sparkwarden.actions.foreground import uncut
 from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.config.schema import Config
@@ -59,14 +62,15 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
     try:
         if dry_run:
             return _dry_run(config, parts, reason)
-        with RunLock(config.state.dir) as lock:
+        with RunLock(config.state.dir) as lock, uncut("the restart"):
             lock.acquire(reason)
             print(f"sparkwarden restart (reason {reason})", flush=True)
 
             def observe(event: StepEvent) -> None:
                 if event.phase == "begin" and event.index == 1:
                     lock.set_run(event.run_id, reason)
-                _print_step(event)
+                with contextlib.suppress(OSError):  # a terminal gone never fails a step
+                    _print_step(event)
 
             by = control.Peer(os.getpid(), os.getuid(), os.getgid()).who()
             why = f"run by {by} in the foreground (no daemon)"
@@ -87,6 +91,15 @@ def _through_daemon(config: Config, reason: str) -> int:
     if first is None or not first.get("ok"):
         raise SparkwardenError(str(first.get("error") if first else "no answer from the daemon"))
     print(f"sparkwarden restart (reason {reason}): run #{first['run']} by the daemon", flush=True)
+    try:
+        return _follow(int(first["run"]), answers)
+    except KeyboardInterrupt:  # only this view ends: the daemon's run goes on
+        _say(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'", "    ")
+        return 130
+
+
+def _follow(run_id: int, answers: Iterator[dict[str, Any]]) -> int:
+    """Each step as the daemon streams it, then the verdict."""
     for answer in answers:
         if answer.get("event") == "step":
             fields = {
@@ -97,9 +110,9 @@ def _through_daemon(config: Config, reason: str) -> int:
             _print_step(StepEvent(**fields))
         elif answer.get("event") == "done":
             return _verdict(
-                int(first["run"]), bool(answer["ok"]), answer.get("container"), answer.get("error")
+                run_id, bool(answer["ok"]), answer.get("container"), answer.get("error")
             )
-    raise SparkwardenError(f"lost the daemon during run #{first['run']}: see 'sparkwarden history'")
+    raise SparkwardenError(f"lost the daemon during run #{run_id}: see 'sparkwarden history'")
 
 
 def _verdict(run_id: int, ok: bool, container: str | None, error: str | None) -> int:

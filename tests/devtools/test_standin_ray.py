@@ -25,7 +25,8 @@ class RayProcs(StandinProcs):
         env = {
             "RAY_TMPDIR": str(tmp_path / "ray"),
             "RAY_gcs_rpc_server_reconnect_timeout_s": "1",
-            "RAY_health_check_period_ms": "400",  # a dead node marked so after 2 s
+            "RAY_health_check_period_ms": "400",
+            "RAY_health_check_failure_threshold": "10",  # a dead node marked so after 4 s
         }
         super().__init__(tmp_path, "vllm", env)
         self.env.pop("RAY_ADDRESS", None)
@@ -46,12 +47,14 @@ class RayProcs(StandinProcs):
             name, "ray_standin.py", "start", "--block", address, "--node-ip-address", name
         )
 
-    def engine(self, tp: int = 2) -> subprocess.Popen[bytes]:
+    def engine(self, tp: int = 2, pg_timeout: float = 15) -> subprocess.Popen[bytes]:
+        """``pg_timeout``: how long its placement group may wait for the nodes (vLLM: 1800 s)."""
         return self.run(
             "vllm",
             "vllm_standin.py",
             *("--host", "127.0.0.1", "--port", str(self.port)),
-            *("--distributed-executor-backend", "ray", "-tp", str(tp), "--pg-timeout", "3"),
+            *("--distributed-executor-backend", "ray", "-tp", str(tp)),
+            *("--pg-timeout", str(pg_timeout)),
         )
 
 
@@ -76,7 +79,7 @@ def test_the_engine_waits_for_a_node_per_rank_on_the_cluster_ray_start_left(ray:
 
 def test_without_enough_nodes_the_placement_group_times_out(ray: RayProcs) -> None:
     ray.head()
-    engine = ray.engine(tp=2)
+    engine = ray.engine(tp=2, pg_timeout=3)
     assert engine.wait(timeout=15) == 1
     assert "Cannot provide a placement group requiring 2 GPUs" in ray.log("vllm")
     assert ray.health() is None
@@ -91,7 +94,7 @@ def test_a_dead_worker_ends_the_engine_once_ray_marks_its_node_dead(ray: RayProc
     worker.wait()
     time.sleep(0.5)
     assert engine.poll() is None and ray.health() == 200  # Ray's health checks not done yet
-    assert engine.wait(timeout=5) == 1
+    assert engine.wait(timeout=15) == 1
     assert "RayWorkerProc rank=[1] died unexpectedly" in ray.log("vllm")
     assert "node w1 marked dead" in ray.log("ray-head")
 
@@ -112,7 +115,7 @@ def test_a_worker_waits_for_a_head_not_yet_up_but_never_joins_a_new_one(ray: Ray
     assert "joined the cluster" in ray.log("w1")
     head.kill()
     head.wait()
-    assert engine.wait(timeout=5) == 1  # its GCS gone, the engine ends
+    assert engine.wait(timeout=15) == 1  # its GCS gone, the engine ends
     assert worker.wait(timeout=10) == 1  # after the reconnect timeout (1 s here)
     assert "failed to reconnect to the GCS" in ray.log("w1")
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,3 +109,18 @@ def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:
     )
     proc.args_given = args
     return proc
+
+
+P = TypeVar("P", bound="subprocess.Popen[Any]")
+
+
+@contextlib.contextmanager
+def killed_at_exit(proc: P) -> Iterator[P]:
+    """``proc`` for the block, killed by its handle if it still runs when the block ends: a
+    failed wait leaves no process behind."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -28,7 +28,14 @@ from devtools.standin.stage import Stage, ensure_image, wait_healthy
 from sparkwarden import cli
 from sparkwarden.restart.sequence import STEPS
 from sparkwarden.vllm.client import VllmClient
-from tests.kits.commands import history, run_cli, running_step, socket_of, start_cli
+from tests.kits.commands import (
+    history,
+    killed_at_exit,
+    run_cli,
+    running_step,
+    socket_of,
+    start_cli,
+)
 from tests.kits.daemonkit import DaemonProcess, Daemons, wait_for
 from tests.kits.privatedocker import PrivateDocker
 from tests.kits.soundness import answers_chat, assert_sound
@@ -103,14 +110,10 @@ def test_dockerd_restarted_mid_sequence(
         sys.executable, "-m", "sparkwarden", "--config", str(config), "restart", background=True
     )
     assert isinstance(restart, subprocess.Popen)
-    try:
+    with killed_at_exit(restart):
         wait_for(f"step {step}", lambda: running_step(config) == step, timeout=30)
         private_docker.restart()
         out, err = restart.communicate(timeout=120)
-    finally:
-        if restart.poll() is None:
-            restart.kill()
-            restart.wait()
     (run,) = history(config)
     assert run["result"] == "ok", out + err
     assert restart.returncode == 0
@@ -713,15 +716,10 @@ def test_a_journal_that_cannot_be_written_still_resumes_voice(
 ) -> None:
     llm, port, stt = serving(stage, "--boot-delay", "3")
     config = make_config([llm], port, [stt], state={"dir": str(small_state_dir)})
-    restart = start_cli(config, "restart")
-    try:
+    with killed_at_exit(start_cli(config, "restart")) as restart:
         wait_for("wait_health", lambda: running_step(config) == "wait_health")
         fill(small_state_dir)
         out, err = restart.communicate(timeout=120)
-    finally:
-        if restart.poll() is None:
-            restart.kill()
-            restart.wait()
     assert stage.status(stt) == "running", out + err
     assert restart.returncode == 1 and "Traceback" not in err, err
     assert "FAILED: the journal could not be written: database or disk is full" in out + err
@@ -973,18 +971,13 @@ def test_a_foreground_run_goes_on_through_ctrl_c_and_a_dropped_terminal(
     llm, port, stt = serving(stage, "--stop-delay", "4")
     config = make_daemon_config([llm], port, [stt])  # its socket: nobody listens
     since = time.time()
-    client = start_cli(config, "restart")
-    try:
+    with killed_at_exit(start_cli(config, "restart")) as client:
         wait_event(stage, llm, "kill", since)  # in stop_llm: voice paused, the engine going down
         assert stage.status(stt) == "paused"
         client.send_signal(signal.SIGINT)
         time.sleep(0.5)
         client.send_signal(signal.SIGHUP)
         out, err = client.communicate(timeout=120)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
     assert client.returncode == 0, out + err
     assert "SIGINT: the restart goes on to its end" in err, err
     assert "SIGHUP" not in err and "chat_probe" not in out  # its terminal gone: to /dev/null
@@ -999,15 +992,10 @@ def test_ctrl_c_on_a_restart_the_daemon_runs_ends_only_the_view(
     llm, port, stt = serving(stage, "--stop-delay", "2")
     config = make_daemon_config([llm], port, [stt])
     daemons(config)
-    client = start_cli(config, "restart")
-    try:
+    with killed_at_exit(start_cli(config, "restart")) as client:
         wait_for("the run in stop_llm", lambda: running_step(config) == "stop_llm", timeout=60)
         client.send_signal(signal.SIGINT)
         out, err = client.communicate(timeout=30)
-    finally:
-        if client.poll() is None:
-            client.kill()
-            client.wait()
     assert client.returncode == 130 and "Traceback" not in err, out + err
     assert "run #1 goes on in the daemon: see 'sparkwarden history'" in out, out
     run = wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0])

@@ -115,13 +115,14 @@ def test_zombie_boot_fails_the_run_and_voice_is_resumed(stage: Stage, make_confi
 def test_never_healthy_times_out_and_skips_the_probe(stage: Stage, make_config: Any) -> None:
     llm, port = stage.llm("llm", "--mode", "never-healthy")
     stt = stage.voice("stt")
-    config = make_config([llm], port, [stt], llm={"health_timeout": "3s"})
+    # long enough for the started stand-in to listen under load: its last answer is the 503
+    config = make_config([llm], port, [stt], llm={"health_timeout": "10s"})
 
     result = run_cli(config, "restart")
 
     assert result.returncode == 1
     (run,) = history(config)
-    assert "not healthy within 3s" in run["error"] and "HTTP 503" in run["error"]
+    assert "not healthy within 10s" in run["error"] and "HTTP 503" in run["error"]
     assert steps_of(run)["wait_health"] == "failed"
     assert steps_of(run)["chat_probe"] == "skipped"
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

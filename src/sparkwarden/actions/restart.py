@@ -87,14 +87,20 @@ def _through_daemon(config: Config, reason: str) -> int:
         {"cmd": "restart", "reason": control_schema.manual_reason(reason)},
         timeout=None,
     )
-    first = next(answers, None)
-    if first is None or not first.get("ok"):
-        raise SparkwardenError(str(first.get("error") if first else "no answer from the daemon"))
-    print(f"sparkwarden restart (reason {reason}): run #{first['run']} by the daemon", flush=True)
+    first: dict[str, Any] | None = None
     try:
-        return _follow(int(first["run"]), answers)
+        first = next(answers, None)
+        if first is None or not first.get("ok"):
+            said = first.get("error") if first else "no answer from the daemon"
+            raise SparkwardenError(str(said))
+        run_id = int(first["run"])
+        print(f"sparkwarden restart (reason {reason}): run #{run_id} by the daemon", flush=True)
+        return _follow(run_id, answers)
     except KeyboardInterrupt:  # only this view ends: the daemon's run goes on
-        _say(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'", "    ")
+        if first is not None and first.get("ok"):
+            _say(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'", "    ")
+        else:
+            _say("the daemon may have taken the restart: see 'sparkwarden history'", "    ")
         return 130
 
 

@@ -82,6 +82,13 @@ TABLE = [
         None,
     ),
     (
+        "being removed (docker rm -f on a slow disk, past the settle time): never restarted",
+        beliefs(),
+        (box("removing", finished_ago=SETTLE * 5),),
+        None,
+        "docker start vllm",
+    ),
+    (
         "stopped by hand",
         beliefs(operator_stopped=STOPPED),
         (box("exited"),),

@@ -33,7 +33,7 @@ from tests.kits.clusterkit import (
     RayEngine,
     end_shared_ssh,
 )
-from tests.kits.commands import ROOT
+from tests.kits.commands import ROOT, killed_at_exit
 
 DOCS = ROOT / "docs" / "clusters.md"
 
@@ -474,6 +474,43 @@ def test_killed_mid_run_the_next_run_puts_every_node_back(kit: ClusterKit, tmp_p
         assert [r["result"] for r in runs[:2]] == ["ok", "interrupted"]
     finally:
         engine.close()
+
+
+def test_ctrl_c_mid_run_reaches_no_ssh_call_and_the_run_goes_on(
+    kit: ClusterKit, tmp_path: Path
+) -> None:
+    """Ctrl-C at the terminal goes to the whole process group: the ``ssh`` calls of a
+    ``cluster restart`` typed by hand must not die of it (a node would look unreachable and
+    keep its voice paused). Sent while a call is in flight, after the worker's voice is
+    paused: the run goes on to its end, every node serving, voice resumed."""
+    engine = Engine(kit, tmp_path, worker_voice=True)
+    try:
+        engine.wait_serving()
+        run = kit.head.docker.run(*engine.argv("cluster", "restart"), background=True, job=True)
+        assert isinstance(run, subprocess.Popen)
+        with killed_at_exit(run):
+            deadline = time.monotonic() + 60
+            while not (
+                engine.stages["w1"].status(engine.voice[0]) == "paused" and _ssh_children(run.pid)
+            ):
+                assert time.monotonic() < deadline and run.poll() is None
+                time.sleep(0.05)
+            os.killpg(run.pid, signal.SIGINT)
+            out, err = run.communicate(timeout=240)
+        end_shared_ssh(kit, run.pid)
+        assert run.returncode == 0, out + err
+        assert "SIGINT: the cluster restart goes on to its end" in err, err
+        assert engine.stages["w1"].status(engine.voice[0]) == "running"
+        assert engine.wait_serving()["state"] == "serving"
+    finally:
+        engine.close()
+
+
+def _ssh_children(pid: int) -> list[int]:
+    """The ``ssh`` processes ``pid`` runs now."""
+    found = subprocess.run(["ps", "-o", "pid=,comm=", "--ppid", str(pid)], capture_output=True)
+    rows = [line.split() for line in found.stdout.decode().splitlines()]
+    return [int(row[0]) for row in rows if row[1:] == ["ssh"]]
 
 
 def test_node_lost_mid_run_is_not_touched_again_and_named(kit: ClusterKit, tmp_path: Path) -> None:

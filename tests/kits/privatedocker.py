@@ -111,8 +111,10 @@ class PrivateDocker:
         env: dict[str, str] | None = None,
         background: bool = False,
         timeout: float = 120,
+        job: bool = False,
     ) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
-        """A command inside the namespace, talking to this engine."""
+        """A command inside the namespace, talking to this engine. ``job``: in a process group
+        of its own, as a shell runs a command (a terminal's Ctrl-C goes to the whole group)."""
         command = [
             *self._enter(),
             "env",
@@ -122,7 +124,12 @@ class PrivateDocker:
         ]
         if background:
             return subprocess.Popen(
-                command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                command,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                process_group=0 if job else None,
             )
         return subprocess.run(
             command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False

@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import pty
 import random
+import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +33,7 @@ from sparkwarden import cli
 from sparkwarden.restart.sequence import STEPS
 from sparkwarden.vllm.client import VllmClient
 from tests.kits.commands import (
+    ROOT,
     history,
     killed_at_exit,
     run_cli,
@@ -962,25 +967,95 @@ def test_a_daemon_whose_clock_steps_back_still_sees_a_real_crash(
 # --- 26. the operator's terminal goes mid-run: Ctrl-C, then the SSH session drops -------------
 
 
-def test_a_foreground_run_goes_on_through_ctrl_c_and_a_dropped_terminal(
+def test_a_foreground_run_goes_on_through_every_key_and_a_dropped_terminal(
     stage: Stage, make_daemon_config: Any
 ) -> None:
-    """No daemon: ``sparkwarden restart`` runs the sequence itself. Ctrl-C while ``docker stop``
-    tears the engine down, then SIGHUP (the SSH session gone): the run goes on to its end, the
-    engine started again and voice resumed, not left paused for the next daemon's repair."""
+    """No daemon: ``sparkwarden restart`` typed in a real terminal (an interactive bash on a
+    pty, as sshd gives one) runs the sequence itself. Ctrl-C, Ctrl-\\ and Ctrl-Z while ``docker
+    stop`` tears the engine down, then the terminal hangs up (the SSH session dropped): the run
+    goes on to its end, the engine started again and voice resumed, not left paused for the next
+    daemon's repair."""
     llm, port, stt = serving(stage, "--stop-delay", "4")
     config = make_daemon_config([llm], port, [stt])  # its socket: nobody listens
-    since = time.time()
-    with killed_at_exit(start_cli(config, "restart")) as client:
+    shell, terminal = pty.fork()
+    if shell == 0:  # the child: the operator's shell on the terminal
+        os.chdir(ROOT)
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], {**os.environ, "PS1": "$ "})
+    restart = None
+    try:
+        since = time.time()
+        typed = [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"]
+        os.write(terminal, f"{shlex.join(typed)}\n".encode())
         wait_event(stage, llm, "kill", since)  # in stop_llm: voice paused, the engine going down
         assert stage.status(stt) == "paused"
-        client.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        client.send_signal(signal.SIGHUP)
-        out, err = client.communicate(timeout=120)
-    assert client.returncode == 0, out + err
-    assert "SIGINT: the restart goes on to its end" in err, err
-    assert "SIGHUP" not in err and "chat_probe" not in out  # its terminal gone: to /dev/null
+        restart = _child_of(shell)
+        for key in (b"\x03", b"\x1c", b"\x1a"):  # Ctrl-C, Ctrl-\, Ctrl-Z
+            os.write(terminal, key)
+            time.sleep(0.3)
+        said = _read_until(terminal, b"SIGQUIT: the restart goes on to its end")
+    finally:
+        os.close(terminal)  # hung up: SIGHUP to the shell and to the restart it runs
+        _reap(shell)
+    run = wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0])
+    if restart is not None:
+        _reap(restart, timeout=30)
+    assert "SIGINT: the restart goes on to its end" in said, said
+    assert run["result"] == "ok", run
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
+def _child_of(pid: int) -> int:
+    """The one process ``pid`` started (the shell's command)."""
+    found = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    (child,) = found.stdout.split()
+    return int(child)
+
+
+def _read_until(fd: int, text: bytes, timeout: float = 10.0) -> str:
+    """What the terminal showed, until ``text`` (or the timeout)."""
+    seen, deadline = b"", time.monotonic() + timeout
+    while text not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            seen += os.read(fd, 4096)
+    return seen.decode(errors="replace")
+
+
+def _reap(pid: int, timeout: float = 10.0) -> None:
+    """Wait for a process the test started; SIGKILL it, by its PID, if it outlives ``timeout``
+    (``waitpid`` for the shell, our child; a poll of /proc for its command, the shell's)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("quits", ["mid-run, info logs on", "after the first line"])
+def test_a_reader_that_quits_never_fails_the_run(
+    stage: Stage, make_daemon_config: Any, quits: str
+) -> None:
+    """``sparkwarden --log-level info restart 2>&1 | tee log``, tee ended by the Ctrl-C meant
+    for both, or ``sparkwarden restart | head -1``: a write into the pipe fails (EPIPE), no
+    signal comes. The run goes on to its end; what is printed then goes nowhere."""
+    llm, port, stt = serving(stage, "--stop-delay", "2")
+    config = make_daemon_config([llm], port, [stt])  # its socket: nobody listens
+    logs = ["--log-level", "info"] if quits.startswith("mid-run") else []
+    read, write = os.pipe()
+    since = time.time()
+    command = [sys.executable, "-m", "sparkwarden", "--config", str(config), *logs, "restart"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=write, stderr=write)
+    os.close(write)
+    with killed_at_exit(proc):
+        if quits.startswith("mid-run"):
+            wait_event(stage, llm, "kill", since)  # in stop_llm
+        os.read(read, 1)
+        os.close(read)  # the reader is gone
+        assert proc.wait(timeout=120) == 0
     (run,) = history(config)
     assert run["result"] == "ok", run
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

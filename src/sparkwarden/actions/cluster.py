@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING
 
-from sparkwarden.actions.foreground import uncut
+from sparkwarden.actions.foreground import say, uncut
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.looks import cluster_of, look
 from sparkwarden.cluster.verdict import as_json as cluster_json
@@ -60,12 +59,10 @@ def restart(config: Config, reason: str) -> int:
         parts.journal.close()
         lock.release()
     if outcome.ok:
-        print(f"run #{outcome.run_id}: the cluster restarted as one and answers")
+        say(f"run #{outcome.run_id}: the cluster restarted as one and answers")
         return 0
-    print(
-        f"run #{outcome.run_id} failed at {outcome.failed_step or '?'}: {outcome.error}",
-        file=sys.stderr,
-    )
+    failed = f"run #{outcome.run_id} failed at {outcome.failed_step or '?'}: {outcome.error}"
+    say(failed, sys.stderr)
     return 1
 
 
@@ -73,8 +70,7 @@ def _print_step(line: StepLine) -> None:
     from sparkwarden.cluster.sequence import STEPS  # imported by the restart printing this
 
     head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
-    with contextlib.suppress(OSError):  # a terminal gone never fails a step
-        print(f"{head}  {line.summary}", flush=True)
+    say(f"{head}  {line.summary}")  # a terminal gone never fails a step
 
 
 def status(config: Config, as_json: bool) -> int:

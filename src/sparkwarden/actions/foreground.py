@@ -1,9 +1,10 @@
-"""A restart run in the foreground (no daemon to hand it to) is never cut by the terminal.
+"""A restart run in the foreground (no daemon to hand it to) is never cut by its terminal.
 
-Ctrl-C, a ``kill`` or the SSH session dropping (SIGHUP) mid-run would leave voice paused or the
-engine stopped until the next daemon start repairs it. So while the run goes, these signals only
-say that it goes on to its end; once the terminal is gone, what it prints goes nowhere instead of
-failing a step. ``kill -9`` still cuts it, and the next daemon start repairs that run.
+Ctrl-C, Ctrl-\\, Ctrl-Z, a ``kill`` or the SSH session dropping mid-run would leave voice paused
+or the engine stopped until the next daemon start repairs it. So while the run goes, these
+signals only say that it goes on to its end (Ctrl-Z is ignored), and once its terminal or pipe
+is gone (SIGHUP, or a write that fails: a reader that quit, a hung-up terminal) what it prints
+goes to /dev/null instead of failing a step. ``kill -9`` still cuts it.
 """
 
 from __future__ import annotations
@@ -11,31 +12,41 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from types import FrameType
+from typing import TextIO
 
-#: The signals a terminal or an operator's ``kill`` sends; SIGKILL is left to cut the run.
-HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+from sparkwarden.base.logs import to_nowhere
+
+#: The signals a terminal or an operator's ``kill`` sends to end a process.
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
 
 
 @contextlib.contextmanager
 def uncut(what: str) -> Iterator[list[str]]:
-    """While the block runs, :data:`HELD` signals do not end the process; yields the names of
-    the ones that came, in order. ``what`` names the run in the line that says so."""
+    """While the block runs, :data:`HELD` signals do not end the process and Ctrl-Z does not
+    stop it; yields the names of the ones that came, in order. ``what`` names the run in the
+    line that says so. A SIGHUP already ignored (``nohup``) stays ignored."""
     came: list[str] = []
 
     def hold(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         came.append(name)
-        if signum == signal.SIGHUP:  # the terminal is gone: a write to it would fail a step
-            _to_nowhere()
+        if signum == signal.SIGHUP:  # the terminal is gone: a write to it would fail
+            gone()
         _tell(
             f"sparkwarden: {name}: {what} goes on to its end; cut, it would leave voice paused\n"
             f"  or the engine down (kill -9 {os.getpid()} cuts it; the next daemon start repairs"
             " that)\n"
         )
 
-    before = {signum: signal.signal(signum, hold) for signum in HELD}
+    before = {
+        signum: signal.signal(signum, hold)
+        for signum in HELD
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
+    before[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
     try:
         yield came
     finally:
@@ -43,14 +54,19 @@ def uncut(what: str) -> Iterator[list[str]]:
             signal.signal(signum, handler)
 
 
-def _to_nowhere() -> None:
-    """stdout and stderr to /dev/null, so printing goes on without an error."""
-    nowhere = os.open(os.devnull, os.O_WRONLY)
+def say(text: str, file: TextIO | None = None) -> None:
+    """``print`` for a person; when the reader is gone, the rest goes to /dev/null."""
     try:
-        for fd in (1, 2):
-            os.dup2(nowhere, fd)
-    finally:
-        os.close(nowhere)
+        print(text, file=file or sys.stdout, flush=True)
+    except OSError:  # EPIPE: the reader quit; EIO: the terminal hung up
+        gone()
+
+
+def gone() -> None:
+    """stdout and stderr to /dev/null unless a file, so writing goes on without an error."""
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            to_nowhere(fd)
 
 
 def _tell(text: str) -> None:

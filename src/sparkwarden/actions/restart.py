@@ -7,14 +7,13 @@ same lock.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from sparkwarden.actions.foreground import uncut
+from sparkwarden.actions.foreground import say, uncut
 from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.config.schema import Config
@@ -31,7 +30,7 @@ _UNDER = " " * (len(f"[{len(STEPS)}/{len(STEPS)}] ") + NAME_WIDTH)
 
 def _say(line: str, indent: str = _UNDER, file: TextIO | None = None) -> None:
     """One line, wrapped within 100 columns (an SSH terminal), never cut."""
-    print(fit_all([line], indent=indent), file=file or sys.stdout, flush=True)
+    say(fit_all([line], indent=indent), file)
 
 
 def _line(event: StepEvent) -> str:
@@ -64,13 +63,12 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
             return _dry_run(config, parts, reason)
         with RunLock(config.state.dir) as lock, uncut("the restart"):
             lock.acquire(reason)
-            print(f"sparkwarden restart (reason {reason})", flush=True)
+            say(f"sparkwarden restart (reason {reason})")
 
             def observe(event: StepEvent) -> None:
                 if event.phase == "begin" and event.index == 1:
                     lock.set_run(event.run_id, reason)
-                with contextlib.suppress(OSError):  # a terminal gone never fails a step
-                    _print_step(event)
+                _print_step(event)  # a terminal gone never fails a step: see say()
 
             by = control.Peer(os.getpid(), os.getuid(), os.getgid()).who()
             why = f"run by {by} in the foreground (no daemon)"
@@ -94,7 +92,7 @@ def _through_daemon(config: Config, reason: str) -> int:
             said = first.get("error") if first else "no answer from the daemon"
             raise SparkwardenError(str(said))
         run_id = int(first["run"])
-        print(f"sparkwarden restart (reason {reason}): run #{run_id} by the daemon", flush=True)
+        say(f"sparkwarden restart (reason {reason}): run #{run_id} by the daemon")
         return _follow(run_id, answers)
     except KeyboardInterrupt:  # only this view ends: the daemon's run goes on
         if first is not None and first.get("ok"):

@@ -7,11 +7,13 @@ priority, so ``journalctl -u sparkwarden -p err`` shows the errors alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -38,6 +40,46 @@ def _prefixed(render: Callable[..., Any]) -> Callable[..., str]:
     return render_with_priority
 
 
+class Sturdy:
+    """A stream whose failed write is dropped: a log line never fails the work it reports (a
+    reader that quit, a terminal hung up, journald restarted under a service's stream). A
+    terminal, pipe or socket that failed is replaced by /dev/null (:func:`to_nowhere`), so what
+    the stream still holds is not written again and again."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        try:
+            return self.out.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            self.lost()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.out.flush()
+        except (OSError, ValueError):
+            self.lost()
+
+    def lost(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            to_nowhere(self.out.fileno())
+            self.out.flush()  # what it held, now to /dev/null
+
+
+def to_nowhere(fd: int) -> None:
+    """``fd`` to /dev/null unless it is a file (a terminal, a pipe, a socket: gone for good; a
+    file an operator redirected output to keeps what follows)."""
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return
+    nowhere = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(nowhere, fd)
+    finally:
+        os.close(nowhere)
+
+
 def setup(level: str = "info", stream: TextIO | None = None, force_json: bool = False) -> None:
     out = stream or sys.stderr
     renderer: Any
@@ -58,7 +100,7 @@ def setup(level: str = "info", stream: TextIO | None = None, force_json: bool = 
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, Sturdy(out))),
         cache_logger_on_first_use=False,
     )
 

@@ -122,8 +122,13 @@ class SshLink:
             return interpret(node.name, code, line, "", via_ssh=False)
         argv = node_argv(node, self.cluster, verb, params, self._control)
         try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            proc = subprocess.run(  # a session of its own: a terminal's Ctrl-C is not for it
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         except subprocess.TimeoutExpired:
             raise NodeUnreachable(node.name, f"no answer within {timeout:g}s") from None
@@ -139,7 +144,11 @@ class SshLink:
                 if self.cluster.ssh_config is not None:
                     argv += ["-F", str(self.cluster.ssh_config)]
                 subprocess.run(
-                    [*argv, "--", node.ssh], capture_output=True, timeout=30, check=False
+                    [*argv, "--", node.ssh],
+                    capture_output=True,
+                    timeout=30,
+                    check=False,
+                    start_new_session=True,
                 )
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -154,6 +163,7 @@ def run_launcher(command: str, timeout: float) -> dict[str, Any]:
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # a terminal's Ctrl-C is not for the launcher
         )
     except subprocess.TimeoutExpired:
         raise NodeFailed("head", f"the launcher did not return within {timeout:g}s") from None

@@ -669,7 +669,7 @@ def test_a_hung_daemon_is_killed_by_the_watchdog_and_restarted(box: Box) -> None
 def test_reload_rereads_the_config_and_any_unexpected_end_is_restarted(box: Box) -> None:
     box.restart()
     pid = box.show("MainPID")
-    box.ok("systemctl kill -s HUP sparkwarden")  # as README says: taken up between runs
+    box.ok("systemctl kill --kill-who=main -s HUP sparkwarden")  # as README says
     wait_for("the reload", lambda: '"reloading"' in box.ok("journalctl -u sparkwarden -o cat"))
     wait_for("active again", lambda: box.show("ActiveState") == "active", timeout=30)
     assert box.show("MainPID") == pid and box.show("NRestarts") == "0"

@@ -88,8 +88,17 @@ class HeadDaemon:
             assert time.monotonic() < deadline and self.alive(), self.said()[-3000:]
             time.sleep(0.5)
         assert self.engine.wait_serving(timeout=60)["state"] == "serving"
-        runs = json.loads(self.engine.cli("history", "--json").stdout)
-        assert runs[0]["reason"] == "crash" and runs[0]["result"] == "ok", runs[0]
+        run = self.runs_ended()[0]
+        assert run["reason"] == "crash" and run["result"] == "ok", run
+
+    def runs_ended(self, timeout: float = 60) -> list[dict[str, Any]]:
+        """``history`` once its newest run has ended: a cluster serves, and voice is resumed,
+        a moment before the run that did it is recorded as ended."""
+        deadline = time.monotonic() + timeout
+        while not (runs := json.loads(self.engine.cli("history", "--json").stdout))[0]["ended_at"]:
+            assert time.monotonic() < deadline and self.alive(), self.said()[-3000:]
+            time.sleep(0.3)
+        return list(runs)
 
     def stop(self) -> str:
         """Ended by its pid; no shared SSH connection of its own outlives it. Its log."""
@@ -191,7 +200,7 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         while stages["w1"].status(engine.voice[0]) != "running":
             assert time.monotonic() < deadline and daemon.alive()
             time.sleep(0.3)
-        runs = json.loads(engine.cli("history", "--json").stdout)
+        runs = daemon.runs_ended()
         assert [(r["reason"], r["result"]) for r in runs[:2]] == [
             ("repair", "ok"),
             ("manual", "interrupted"),
@@ -282,7 +291,7 @@ def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
         while voice.status(engine.voice[0]) != "running":
             assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
             time.sleep(0.3)
-        runs = history()
+        runs = daemon.runs_ended()
         assert [(r["reason"], r["result"]) for r in runs[:3]] == [
             ("repair", "ok"),
             ("repair", "interrupted"),

@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,7 +16,13 @@ import pytest
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
-from sparkwarden.cluster.link import NodeFailed, NodeUnreachable, interpret, node_argv
+from sparkwarden.cluster.link import (
+    NodeFailed,
+    NodeUnreachable,
+    interpret,
+    node_argv,
+    run_launcher,
+)
 from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
 from sparkwarden.cluster.sequence import (
     STEPS,
@@ -869,3 +876,24 @@ def test_the_heads_engine_down_while_loading_fails_the_wait_at_once(tmp_path: Pa
             assert link.voice["head"]["stt"] == "running"  # voice resumed all the same
         assert len(sleeps) <= 1  # not a cold boot's worth of polls
         journal.close()
+
+
+def test_a_launcher_that_does_not_return_is_ended_with_what_it_started(tmp_path: Path) -> None:
+    """The launcher's own children (a ``docker run`` it waits for) go with it at the timeout,
+    not left running in a process group no terminal reaches."""
+    pid_file = tmp_path / "child"
+    command = f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; wait"
+    with pytest.raises(NodeFailed, match="the launcher did not return within 1s"):
+        run_launcher(command, timeout=1)
+    child = Path(f"/proc/{pid_file.read_text().strip()}")
+    deadline = time.monotonic() + 10  # killed, then reaped by init
+    while child.exists() and "State:\tZ" not in _read(child / "status"):
+        assert time.monotonic() < deadline, "the launcher's child outlived it"
+        time.sleep(0.05)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

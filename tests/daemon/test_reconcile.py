@@ -86,7 +86,7 @@ TABLE = [
         beliefs(),
         (box("removing", finished_ago=SETTLE * 5),),
         None,
-        "docker start vllm",
+        None,
     ),
     (
         "stopped by hand",

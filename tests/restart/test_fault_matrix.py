@@ -993,10 +993,14 @@ def test_a_foreground_run_goes_on_through_every_key_and_a_dropped_terminal(
             os.write(terminal, key)
             time.sleep(0.3)
         said = _read_until(terminal, b"SIGQUIT: the restart goes on to its end")
+        time.sleep(0.5)  # Ctrl-Z's moment: a stopped run would show as state T
+        assert _state(restart) != "T" and "Stopped" not in said, said
     finally:
         os.close(terminal)  # hung up: SIGHUP to the shell and to the restart it runs
         _reap(shell)
-    run = wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0])
+    run = wait_for(
+        "the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0], 120
+    )
     if restart is not None:
         _reap(restart, timeout=30)
     assert "SIGINT: the restart goes on to its end" in said, said
@@ -1009,6 +1013,11 @@ def _child_of(pid: int) -> int:
     found = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     (child,) = found.stdout.split()
     return int(child)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (``T``: stopped), from /proc."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _read_until(fd: int, text: bytes, timeout: float = 10.0) -> str:
@@ -1061,6 +1070,26 @@ def test_a_reader_that_quits_never_fails_the_run(
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
 
 
+def test_a_failure_still_reaches_stderr_when_stdout_s_reader_quit(
+    stage: Stage, make_daemon_config: Any
+) -> None:
+    """``sparkwarden restart | head -1`` on a terminal: stdout's reader is gone after a line,
+    stderr still read. The run that then fails says so on stderr."""
+    llm, port, stt = serving(stage, "--mode", "chat-fails")
+    config = make_daemon_config([llm], port, [stt])  # its socket: nobody listens
+    read, write = os.pipe()
+    command = [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    with killed_at_exit(proc):
+        os.read(read, 1)
+        os.close(read)  # head -1 has its line
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "FAILED: /health said 200 but the chat request failed" in err, err
+    assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})
+
+
 def test_ctrl_c_on_a_restart_the_daemon_runs_ends_only_the_view(
     stage: Stage, make_daemon_config: Any, daemons: Any
 ) -> None:
@@ -1073,6 +1102,8 @@ def test_ctrl_c_on_a_restart_the_daemon_runs_ends_only_the_view(
         out, err = client.communicate(timeout=30)
     assert client.returncode == 130 and "Traceback" not in err, out + err
     assert "run #1 goes on in the daemon: see 'sparkwarden history'" in out, out
-    run = wait_for("the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0])
+    run = wait_for(
+        "the run to end", lambda: (h := history(config)) and h[0]["ended_at"] and h[0], 120
+    )
     assert run["result"] == "ok", run
     assert_sound(stage, history(config), llm=llm, port=port, voice={stt: "running"})

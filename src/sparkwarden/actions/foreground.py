@@ -34,7 +34,7 @@ def uncut(what: str) -> Iterator[list[str]]:
         name = signal.Signals(signum).name
         came.append(name)
         if signum == signal.SIGHUP:  # the terminal is gone: a write to it would fail
-            gone()
+            outputs_to_nowhere()
         _tell(
             f"sparkwarden: {name}: {what} goes on to its end; cut, it would leave voice paused\n"
             f"  or the engine down (kill -9 {os.getpid()} cuts it; the next daemon start repairs"
@@ -55,15 +55,20 @@ def uncut(what: str) -> Iterator[list[str]]:
 
 
 def say(text: str, file: TextIO | None = None) -> None:
-    """``print`` for a person; when the reader is gone, the rest goes to /dev/null."""
+    """``print`` for a person; when that stream's reader is gone (EPIPE: it quit; EIO: the
+    terminal hung up), what follows on it goes to /dev/null. The other stream is kept: a failure
+    still reaches a terminal that reads stderr when stdout went into ``| head -1``."""
+    out = file or sys.stdout
     try:
-        print(text, file=file or sys.stdout, flush=True)
-    except OSError:  # EPIPE: the reader quit; EIO: the terminal hung up
-        gone()
+        print(text, file=out, flush=True)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            to_nowhere(out.fileno())
+            out.flush()  # what it held, now to /dev/null
 
 
-def gone() -> None:
-    """stdout and stderr to /dev/null unless a file, so writing goes on without an error."""
+def outputs_to_nowhere() -> None:
+    """stdout and stderr to /dev/null unless a file: the terminal hung up (SIGHUP)."""
     for fd in (1, 2):
         with contextlib.suppress(OSError):
             to_nowhere(fd)

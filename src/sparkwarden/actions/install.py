@@ -196,7 +196,7 @@ def before_start(config_path: Path) -> list[str]:
                 said.append(
                     f"llm.containers names {name}, which this Docker engine does not have: "
                     f"sparkwarden watches nothing until {config_path} names your LLM "
-                    "containers (then: systemctl kill -s HUP sparkwarden)"
+                    "containers (then: systemctl kill --kill-who=main -s HUP sparkwarden)"
                 )
         limit = config.watch.max_uptime
         for state in states:

@@ -1,4 +1,5 @@
-"""Structured logs: JSON lines for the journal, plain key=value lines on a terminal.
+"""Structured logs: JSON lines for the journal, plain key=value lines on a terminal; a line
+that cannot be written is dropped, never raised into the work it reports (:class:`Sturdy`).
 
 Under systemd each line starts with its syslog priority (``<3>`` for an error): journald reads
 the prefix (``SyslogLevelPrefix=``, on by default), strips it, and files the line at that
@@ -8,6 +9,7 @@ priority, so ``journalctl -u sparkwarden -p err`` shows the errors alone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -40,11 +42,16 @@ def _prefixed(render: Callable[..., Any]) -> Callable[..., str]:
     return render_with_priority
 
 
+#: Errors that say a stream's reader is gone for good: the reader quit (a pipe, a socket) or the
+#: terminal hung up.
+GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.EIO, errno.ENXIO})
+
+
 class Sturdy:
-    """A stream whose failed write is dropped: a log line never fails the work it reports (a
-    reader that quit, a terminal hung up, journald restarted under a service's stream). A
-    terminal, pipe or socket that failed is replaced by /dev/null (:func:`to_nowhere`), so what
-    the stream still holds is not written again and again."""
+    """A stream whose failed write is dropped: a log line never fails the work it reports. A
+    terminal, pipe or socket whose reader is gone (:data:`GONE`) is replaced by /dev/null
+    (:func:`to_nowhere`), so what the stream still holds is not written again at every line;
+    any other error (EAGAIN, ENOBUFS under memory pressure) costs that line only."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -52,20 +59,25 @@ class Sturdy:
     def write(self, text: str) -> int:
         try:
             return self.out.write(text)
-        except (OSError, ValueError):  # ValueError: the stream was closed
-            self.lost()
-            return len(text)
+        except OSError as exc:
+            self._failed(exc)
+        except ValueError:  # the stream was closed
+            pass
+        return len(text)
 
     def flush(self) -> None:
         try:
             self.out.flush()
-        except (OSError, ValueError):
-            self.lost()
+        except OSError as exc:
+            self._failed(exc)
+        except ValueError:
+            pass
 
-    def lost(self) -> None:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            to_nowhere(self.out.fileno())
-            self.out.flush()  # what it held, now to /dev/null
+    def _failed(self, exc: OSError) -> None:
+        if exc.errno in GONE:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                to_nowhere(self.out.fileno())
+                self.out.flush()  # what it held, now to /dev/null
 
 
 def to_nowhere(fd: int) -> None:

@@ -8,11 +8,13 @@ exit code and that line into an answer, :class:`NodeUnreachable` or :class:`Node
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from typing import Any, Protocol
@@ -155,19 +157,27 @@ class SshLink:
 
 def run_launcher(command: str, timeout: float) -> dict[str, Any]:
     """The launcher's start command on the head (``bash -c``), as the operator would type it:
-    its exit code and the tail of what it said; :class:`NodeFailed` (the head) if it fails."""
+    its exit code and the tail of what it said; :class:`NodeFailed` (the head) if it fails. In
+    a process group of its own: a terminal's Ctrl-C is not for it, and a launcher that does not
+    return in time is ended with everything it started."""
+    proc = subprocess.Popen(
+        ["bash", "-c", command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            ["bash", "-c", command],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal's Ctrl-C is not for the launcher
-        )
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a child that left the group
+            proc.communicate(timeout=5)
+        proc.wait()
         raise NodeFailed("head", f"the launcher did not return within {timeout:g}s") from None
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+    tail = (out + err).strip().splitlines()[-5:]
     if proc.returncode != 0:
         said = tail[-1] if tail else "no output"
         raise NodeFailed("head", f"the launcher exited with code {proc.returncode}: {said}")

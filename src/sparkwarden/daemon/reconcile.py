@@ -95,9 +95,8 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
         else:
             what = f"{engine.name} to start (removed by hand)"
         return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
-    if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk
-        what = f"{engine.name} to start (being removed by hand)"
-        return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
+    if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk:
+        return Verdict()  # the next look finds it gone (removed by hand)
     stop = b.operator_stopped
     if stop is not None and stop.id == mine.id:
         return Verdict(

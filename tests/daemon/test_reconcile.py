@@ -89,6 +89,13 @@ TABLE = [
         None,
     ),
     (
+        "dead (a removal failed half-way; Docker refuses to start it): never restarted",
+        beliefs(),
+        (box("dead"),),
+        None,
+        "docker rm -f vllm",
+    ),
+    (
         "stopped by hand",
         beliefs(operator_stopped=STOPPED),
         (box("exited"),),

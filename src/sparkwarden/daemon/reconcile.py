@@ -97,6 +97,9 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
         return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
     if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk:
         return Verdict()  # the next look finds it gone (removed by hand)
+    if mine.status == "dead":  # a removal that failed half-way: Docker refuses to start it
+        what = f"{mine.name} to be removed (Docker marks it dead: a removal failed)"
+        return Verdict(waiting=Waiting(what, f"docker rm -f {mine.name}"))
     stop = b.operator_stopped
     if stop is not None and stop.id == mine.id:
         return Verdict(

@@ -15,9 +15,9 @@ import signal
 import sys
 from collections.abc import Iterator
 from types import FrameType
-from typing import TextIO
+from typing import TextIO, cast
 
-from sparkwarden.base.logs import to_nowhere
+from sparkwarden.base.logs import Sturdy, to_nowhere
 
 #: The signals a terminal or an operator's ``kill`` sends to end a process.
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
@@ -55,16 +55,11 @@ def uncut(what: str) -> Iterator[list[str]]:
 
 
 def say(text: str, file: TextIO | None = None) -> None:
-    """``print`` for a person; when that stream's reader is gone (EPIPE: it quit; EIO: the
-    terminal hung up), what follows on it goes to /dev/null. The other stream is kept: a failure
-    still reaches a terminal that reads stderr when stdout went into ``| head -1``."""
-    out = file or sys.stdout
-    try:
-        print(text, file=out, flush=True)
-    except OSError:
-        with contextlib.suppress(OSError, ValueError):
-            to_nowhere(out.fileno())
-            out.flush()  # what it held, now to /dev/null
+    """``print`` for a person, through the logs' :class:`Sturdy`: when that stream's reader is
+    gone (EPIPE: it quit; EIO: the terminal hung up), what follows on it goes to /dev/null. The
+    other stream is kept: a failure still reaches a terminal that reads stderr when stdout went
+    into ``| head -1``."""
+    print(text, file=cast(TextIO, Sturdy(file or sys.stdout)), flush=True)
 
 
 def outputs_to_nowhere() -> None:

@@ -83,3 +83,36 @@ def make_daemon_config(make_config: Any, tmp_path: Path) -> Any:
         return make_config(llm_names, port, voice_names, **merged)
 
     return make
+
+
+#: Module-wide fixtures too costly to make once per parallel worker (a booted systemd, simulated
+#: nodes, LiteLLM and Nginx, a private dockerd): scripts/test's `--dist loadgroup` sends every
+#: test that uses one of them to one worker, which makes it once.
+SHARED = ("box", "kit", "gateway", "private_docker")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase",
+        choices=("all", "alone", "parallel"),
+        default="all",
+        help="scripts/test's phases: the tests marked alone, or all the others (default: all)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    phase = config.getoption("--phase")
+    if phase != "all":  # an option of its own, so that a -m given to scripts/test still applies
+        alone = phase == "alone"
+        keep = [i for i in items if (i.get_closest_marker("alone") is not None) == alone]
+        kept = set(keep)
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = keep
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        for name in SHARED:
+            made = defs.name2fixturedefs.get(name) if defs is not None else None
+            if made and made[-1].scope == "module":
+                group = f"{item.module.__name__}:{name}"  # type: ignore[attr-defined]
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

@@ -8,6 +8,7 @@ publish their port on 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import shlex
@@ -34,15 +35,26 @@ PYTHON = "/usr/bin/python3"
 
 
 def ensure_image(client: docker.DockerClient) -> str:
-    """Import the empty skeleton once; it is a few hundred bytes."""
-    try:
-        client.images.get(IMAGE)
+    """Import the empty skeleton once; it is a few hundred bytes. Under a lock: tests running in
+    parallel would each import one, and the tag would move under a container just made."""
+    with host_lock("standin-image"):
+        try:
+            client.images.get(IMAGE)
+            return IMAGE
+        except docker.errors.ImageNotFound:
+            pass
+        repo, tag = IMAGE.split(":")
+        client.api.import_image_from_data(skeleton(), repository=repo, tag=tag)
         return IMAGE
-    except docker.errors.ImageNotFound:
-        pass
-    repo, tag = IMAGE.split(":")
-    client.api.import_image_from_data(skeleton(), repository=repo, tag=tag)
-    return IMAGE
+
+
+@contextlib.contextmanager
+def host_lock(name: str) -> Iterator[None]:
+    """One holder at a time on this machine (every process: parallel tests, the demo), for what
+    two must not do at once (an image import, ``useradd``); released when the holder dies."""
+    with open(f"/tmp/.sparkwarden-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def skeleton(*extra: str) -> bytes:

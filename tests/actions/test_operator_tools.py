@@ -333,6 +333,7 @@ def vanishing_memory() -> Iterator[Any]:
 
 
 @pytest.mark.docker
+@pytest.mark.alone  # the huge pages it reserves leave every other test's MemAvailable lower
 def test_memory_that_keeps_vanishing_across_runs_means_reboot_required(
     stage: Stage,
     make_daemon_config: Any,

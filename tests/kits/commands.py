@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -72,11 +71,26 @@ def run_cli(
 
 
 def history(config: Path) -> list[dict[str, Any]]:
-    """``sparkwarden history --json``: the runs, newest first."""
-    result = run_cli(config, "history", "--json", "--limit", "50")
-    assert result.returncode == 0, result.stderr
-    runs: list[dict[str, Any]] = json.loads(result.stdout)
-    return runs
+    """``sparkwarden history --json``'s runs, newest first, read in-process through the code
+    that prints them (a poll every 0.1 s as a new process kept a core busy); the command itself
+    is run as a process by the tests of its text."""
+    from sparkwarden.actions import history as history_action
+    from sparkwarden.config.schema import load
+
+    return history_action.as_json(load(config), 50)
+
+
+def status(config: Path) -> dict[str, Any]:
+    """``sparkwarden status --json``'s snapshot, read in-process as :func:`history` is, with
+    the command's exit code under ``_exit``."""
+    from sparkwarden.actions import status as status_action
+    from sparkwarden.config import locate
+    from sparkwarden.config.schema import load
+    from sparkwarden.surfaces.status_text import exit_code
+
+    where = locate.places(config)
+    snapshot = status_action.view(where, load(config) if where.cluster else None)
+    return {**snapshot, "_exit": exit_code(snapshot)}
 
 
 def running_step(config: Path) -> str | None:

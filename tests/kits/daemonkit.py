@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -16,7 +15,7 @@ from typing import Any
 
 from sparkwarden.config import schema as cfg
 from sparkwarden.surfaces import control
-from tests.kits.commands import ROOT, history, run_cli
+from tests.kits.commands import ROOT, history, status
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
@@ -64,10 +63,7 @@ class DaemonProcess:
         return control.call(self.settings.control.socket, payload)
 
     def status(self) -> dict[str, Any]:
-        result = run_cli(self.config, "status", "--json")
-        snapshot: dict[str, Any] = json.loads(result.stdout)
-        snapshot["_exit"] = result.returncode
-        return snapshot
+        return status(self.config)
 
     def history(self) -> list[dict[str, Any]]:
         return history(self.config)

@@ -2,12 +2,14 @@
 
 Both run the shipped examples (packaging/nginx/, packaging/litellm/) with only their ports and the
 served model substituted, on free loopback ports, and are stopped by pid. LiteLLM lives in a venv
-of its own (``.venv-litellm``, made by scripts/setup-host): it is no dependency of sparkwarden.
+of its own (made by scripts/setup-host in a machine-wide cache, named by a hash of its pin in
+scripts/litellm-requirements.txt): it is no dependency of sparkwarden.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -27,7 +29,14 @@ from devtools.standin.stage import free_port
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_EXAMPLE = ROOT / "packaging" / "nginx" / "sparkwarden-upstream.conf"
 LITELLM_EXAMPLE = ROOT / "packaging" / "litellm" / "config.yaml"
-LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
+LITELLM_PIN = ROOT / "scripts" / "litellm-requirements.txt"
+#: Where scripts/setup-host installed the pinned LiteLLM (the same hash of the same file).
+LITELLM = (
+    Path("/var/cache/sparkwarden-tests")
+    / f"litellm-{hashlib.sha256(LITELLM_PIN.read_bytes()).hexdigest()[:12]}"
+    / "bin"
+    / "litellm"
+)
 NGINX = "/usr/sbin/nginx"
 #: The alias users ask for in the LiteLLM example, and the master key the tests give it.
 ALIAS = "qwen"

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools.standin.stage import host_lock
+
 HOSTILE = textwrap.dedent(
     """
     import http.server, json, sys, time
@@ -100,25 +102,27 @@ class Account:
 def account(role: str) -> Iterator[Account]:
     """A real unprivileged account made for the test (``useradd``), removed afterwards."""
     name = f"sw{role[:6]}{uuid.uuid4().hex[:6]}"
-    subprocess.run(
-        [
-            "useradd",
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "-s",
-            "/usr/sbin/nologin",
-            name,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    with host_lock("accounts"):  # useradd refuses while another holds /etc/passwd's lock
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "-s",
+                "/usr/sbin/nologin",
+                name,
+            ],
+            check=True,
+            capture_output=True,
+        )
     try:
         entry = pwd.getpwnam(name)
         yield Account(name, entry.pw_uid, entry.pw_gid)
     finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
-        subprocess.run(["groupdel", name], check=False, capture_output=True)
+        with host_lock("accounts"):
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+            subprocess.run(["groupdel", name], check=False, capture_output=True)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
@@ -12,12 +13,7 @@ from sparkwarden.surfaces.status_text import inert
 
 
 def run(config: Config, as_json: bool, limit: int) -> int:
-    journal = Journal(config.state.dir)
-    try:
-        runs = journal.runs(limit)
-        gave_up = Kept(journal).gave_up()
-    finally:
-        journal.close()
+    runs, gave_up = _read(config, limit)
     if as_json:
         print(json.dumps([r.to_json() for r in runs], indent=2))
         return 0
@@ -28,6 +24,19 @@ def run(config: Config, as_json: bool, limit: int) -> int:
     for record in runs:
         print(format_run(record))
     return 0
+
+
+def as_json(config: Config, limit: int) -> list[dict[str, Any]]:
+    """What ``history --json`` prints, as data: the tests read state through it in-process."""
+    return [r.to_json() for r in _read(config, limit)[0]]
+
+
+def _read(config: Config, limit: int) -> tuple[list[RunRecord], GaveUp | None]:
+    journal = Journal(config.state.dir)
+    try:
+        return journal.runs(limit), Kept(journal).gave_up()
+    finally:
+        journal.close()
 
 
 def gave_up_lines(gave_up: GaveUp) -> list[str]:

@@ -58,11 +58,18 @@ def _offline(where: Places, state: str) -> dict[str, Any]:
 
 def run(where: Places, as_json: bool, config: Config | None = None) -> int:
     """``config``: loaded only on a cluster's head, whose status shows every node too."""
+    snapshot = view(where, config)
+    print(json.dumps(snapshot, indent=2) if as_json else status_mod.format_text(snapshot))
+    return status_mod.exit_code(snapshot)
+
+
+def view(where: Places, config: Config | None = None) -> dict[str, Any]:
+    """What ``status --json`` prints, as data (its exit code is ``status_text.exit_code`` of it):
+    the tests read state through it in-process."""
     snapshot = gather(where)
     if config is not None and config.cluster is not None:
         snapshot["cluster"] = cluster_view(config)
-    print(json.dumps(snapshot, indent=2) if as_json else status_mod.format_text(snapshot))
-    return status_mod.exit_code(snapshot)
+    return snapshot
 
 
 def cluster_view(config: Config) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def make_daemon_config(make_config: Any, tmp_path: Path) -> Any:
 
 #: Module-wide fixtures too costly to make once per parallel worker (a booted systemd, simulated
 #: nodes, LiteLLM and Nginx, a private dockerd): scripts/test's `--dist loadgroup` sends every
-#: test that uses one of them to one worker, which makes it once.
+#: test of a module that uses one of them to one worker, which makes it once.
 SHARED = ("box", "kit", "gateway", "private_docker")
 
 
@@ -100,6 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     phase = config.getoption("--phase")
     if phase != "all":  # an option of its own, so that a -m given to scripts/test still applies
@@ -113,6 +114,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in SHARED:
             made = defs.name2fixturedefs.get(name) if defs is not None else None
             if made and made[-1].scope == "module":
-                group = f"{item.module.__name__}:{name}"  # type: ignore[attr-defined]
-                item.add_marker(pytest.mark.xdist_group(group))
+                item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
                 break

@@ -36,10 +36,17 @@ from tests.surfaces.test_control import FLOOD
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "sparkwarden-systemd:bookworm"
 CACHE = Path("/var/cache/sparkwarden-tests")
-ROOTFS = CACHE / "rootfs-bookworm"
 PACKAGES = "systemd,systemd-sysv,dbus,python3,python3-venv,passwd,util-linux"
+
+
+def inputs_key(*inputs: str) -> str:
+    """What a cached build is named by: a new input (a package, a pin) makes a new one."""
+    return hashlib.sha256("\n".join(inputs).encode()).hexdigest()[:12]
+
+
+ROOTFS = CACHE / f"rootfs-bookworm-{inputs_key(PACKAGES)}"
+IMAGE = f"sparkwarden-systemd:bookworm-{inputs_key(PACKAGES)}"
 UNIT = ROOT / "packaging" / "systemd" / "sparkwarden.service"
 BIN = "/opt/sparkwarden/bin/sparkwarden"
 SOCKET = "/run/sparkwarden/control.sock"
@@ -145,17 +152,34 @@ def ssh_image(docker_client: docker.DockerClient, image: str) -> str:
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """sparkwarden and everything it needs, as wheels for the container's Python 3.11."""
-    out = tmp_path_factory.mktemp("wheels")
-    subprocess.run(
+    """sparkwarden and everything it needs, as wheels for the container's Python 3.11: its own
+    built from this checkout every time, the others once per machine for each pyproject.toml."""
+    project = (ROOT / "pyproject.toml").read_text()
+    needs = CACHE / f"wheels-{inputs_key(project, *BUILD)}"
+    if not (needs / ".complete").exists():
+        partial = CACHE / f"partial-wheels-{uuid.uuid4().hex[:6]}"
         # setuptools and wheel too: README's install builds this checkout inside the box.
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(out), str(ROOT), *BUILD],
+        pip_wheel(partial, str(ROOT), *BUILD)
+        for own in partial.glob("sparkwarden-*.whl"):
+            own.unlink()
+        (partial / ".complete").touch()
+        shutil.rmtree(needs, ignore_errors=True)
+        partial.rename(needs)
+    out = tmp_path_factory.mktemp("wheels")
+    pip_wheel(out, "--no-deps", str(ROOT))
+    for wheel in needs.glob("*.whl"):
+        shutil.copy(wheel, out)
+    out.chmod(0o755)
+    return out
+
+
+def pip_wheel(into: Path, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(into), *args],
         check=True,
         capture_output=True,
         timeout=600,
     )
-    out.chmod(0o755)
-    return out
 
 
 def test_unit_verifies_without_a_word(rootfs: Path, tmp_path: Path) -> None:

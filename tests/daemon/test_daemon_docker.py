@@ -75,7 +75,7 @@ def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
     assert stage.status(llm) == "running" and stage.status(stt) == "running"
 
     stage.client.containers.get(llm).stop(timeout=5)  # the operator's own hands
-    time.sleep(3)
+    daemon.after_looks(6)
     assert len(daemon.history()) == 1, "a hand-made stop must not be restarted"
     status = daemon.status()
     assert status["llm"]["operator_stopped"] == llm
@@ -464,7 +464,7 @@ def test_hold_blocks_automatic_restarts(stage: Stage, start_daemon: Any) -> None
     )
     assert status["hold"]["reason"] == "swapping-fans"
     assert '"waiting"' in daemon.text()
-    time.sleep(2)  # looks go on: still no run
+    daemon.after_looks(4)  # looks go on: still no run
     assert daemon.history() == []
     assert run_cli(daemon.config, "release").returncode == 0
     assert wait_for("hold released", lambda: daemon.status()["hold"] is None)
@@ -649,7 +649,7 @@ def test_a_crash_while_sparkwarden_was_down_is_seen_when_it_comes_back(
     assert '"event": "container_event"' in second.text()
     second.stop()
     third = start_daemon([llm], port, [stt])
-    time.sleep(3)
+    third.after_looks(6)
     assert len(third.history()) == 1, "an event already handled must not be replayed"
     assert_sound(stage, third.history(), llm=llm, port=port, voice={stt: "running"})
 

@@ -87,7 +87,7 @@ def test_after_the_budget_is_spent_reset_brings_the_engine_back(
     assert "gave up" in line and "'sparkwarden reset'" in line and "idle" not in line, line
     edit_config(daemon, "memory", start_min_available_gib=1)
     daemon.signal(signal.SIGHUP)
-    time.sleep(3)
+    daemon.after_looks(6)
     assert stage.status(llm) == "exited"  # gave up: nothing automatic until the reset
     assert run_cli(daemon.config, "reset").returncode == 0
     wait_for(
@@ -112,7 +112,7 @@ def test_an_operators_replacement_is_not_a_crash(stage: Stage, start_daemon: Any
     wait_healthy(port)
     theirs = started_at(stage, llm)
     new_id = stage.attrs(llm)["Id"]
-    time.sleep(8)  # a backoff and more: run 2 of the old code stopped theirs by now
+    daemon.after_looks(16)  # a backoff and more: run 2 of the old code stopped theirs by now
     assert daemon.history() == [], daemon.history()
     assert started_at(stage, llm) == theirs and stage.status(stt) == "running"
     wait_for(
@@ -137,7 +137,7 @@ def test_a_second_candidate_the_operator_started_is_left_alone_when_the_first_di
     theirs = started_at(stage, other)
     time.sleep(1)
     stage.client.containers.get(llm).kill()
-    time.sleep(8)
+    daemon.after_looks(16)
     assert [r for r in daemon.history() if r["container"] == other] == []
     assert started_at(stage, other) == theirs and stage.status(other) == "running"
     assert daemon.history() == []
@@ -209,8 +209,7 @@ def test_case_8_a_voice_container_growing_its_shm_is_no_leak(
             assert stage.client.containers.get(stt).exec_run(["sh", "-c", grow]).exit_code == 0
         done = run_cli(daemon.config, "restart")
         assert done.returncode == 0, done.stdout + done.stderr
-    time.sleep(2)
-    status = daemon.status()
+    status = daemon.after_looks(4)
     assert status["reboot_required"] is False, status["memory_trend"]
     assert status["memory"]["held_gib"] >= 1.2
     assert "held by processes and containers" in run_cli(daemon.config, "status").stdout

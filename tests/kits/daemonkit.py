@@ -68,6 +68,20 @@ class DaemonProcess:
     def history(self) -> list[dict[str, Any]]:
         return history(self.config)
 
+    def after_looks(self, n: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Its status once it has looked at the box ``n`` more times: a wait for "nothing
+        happens" bounded by what the daemon did, never by seconds a loaded machine may not give
+        it (at the tests' 0.5 s interval, n looks are at least n / 2 seconds but for an event's
+        early look)."""
+        wait_for("the daemon to answer on its socket", self.answering, timeout=timeout)
+        start = int(self.status()["daemon"]["looks"])
+        status: dict[str, Any] = wait_for(
+            f"{n} more looks of the daemon",
+            lambda: (s := self.status())["daemon"]["looks"] >= start + n and s,
+            timeout=timeout,
+        )
+        return status
+
     def runs_with(self, reason: str, finished: bool = True) -> list[dict[str, Any]]:
         return [
             r

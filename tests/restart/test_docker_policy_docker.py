@@ -200,7 +200,7 @@ def test_an_operators_docker_start_after_a_crash_is_left_alone(
 
     second = start_daemon([llm], port, [])  # the look: up, started through the API
     wait_for("the engine watched", lambda: '"engine_adopted"' in second.text())
-    time.sleep(2)
+    second.after_looks(4)
     assert second.history() == []
 
 

@@ -40,9 +40,9 @@ def test_case_5_a_second_candidate_started_while_down_voice_comes_back_at_once(
     theirs = started_at(stage, llm_b)
     since = time.time()
 
-    daemons(config, ready=False)
+    repairing = daemons(config, ready=False)
     wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=15)
-    time.sleep(3)
+    repairing.after_looks(6)
     assert started_at(stage, llm_b) == theirs and stage.status(llm_b) == "running"
     assert events_since(stage, llm_a, "start", since) == []
     assert events_since(stage, llm_b, "kill", since) == []
@@ -63,9 +63,9 @@ def test_case_6_the_repair_never_stops_an_engine_started_by_hand_after_the_runs_
     theirs = started_at(stage, llm)
     since = time.time()
 
-    daemons(config, ready=False)
+    repairing = daemons(config, ready=False)
     wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=30)
-    time.sleep(3)
+    repairing.after_looks(6)
     assert started_at(stage, llm) == theirs and stage.status(llm) == "running"
     assert events_since(stage, llm, "kill", since) == []
     repair = next(r for r in history(config) if r["reason"] == "repair")
@@ -138,9 +138,9 @@ def test_kill_point_fuzz_the_operators_move_while_down_is_respected(
         after = {n: (stage.status(n), started_at(stage, n)) for n in (llm, other)}
         since = time.time()
 
-        pool.start(config, ready=False)
+        repairing = pool.start(config, ready=False)
         wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=30)
-        time.sleep(4)
+        repairing.after_looks(8)  # what the repair would do wrong, it has done by now
         for name, (status, started) in after.items():
             said = (step, move, name, status)
             if name in theirs:  # left exactly as the operator left it

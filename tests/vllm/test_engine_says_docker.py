@@ -5,7 +5,6 @@ queue limits turned away, in ``status`` and in sparkwarden's own metrics."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +47,7 @@ def test_a_sleeping_engine_is_reported_sleeping_and_its_queue_rejections_shown(
             lambda: "paused" in daemon.status()["llm"]["last_probe"],
             timeout=30,
         )
-        time.sleep(8)  # some 16 more checks, each with its refused chat: 2 in a row would restart
-        still = daemon.status()
+        still = daemon.after_looks(16)  # each with its refused chat: 2 in a row would restart
         text = run_cli(config, "status").stdout
         # woken, one user's long answer in flight, and a second user turned away
         httpx.post(f"{url}/wake_up", timeout=5)

@@ -139,10 +139,13 @@ class Observer:
         #: the engine's release (GET /version), read once per container start
         self.release: str | None = None
         self._release_of: tuple[str, object] | None = None
+        #: looks begun since the daemon started; a snapshot is published after its look ends
+        self.looks = 0
 
     def look(self, t: float, last_container: str | None) -> Observation:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
         cfg = self.config
+        self.looks += 1
         self.lease(cfg.docker.timeout * (len(cfg.llm.containers) + 1) + MARGIN)
         active, error, states, unreadable = None, "", list[ContainerState](), False
         missing: list[str] = []  # removed by hand, or a name no container has: not there now

@@ -121,6 +121,7 @@ def build(
             version=version(),
             waiting=waiting.what if waiting else None,
             command=waiting.command if waiting else None,
+            looks=observer.looks,
         ),
         llm=LlmView(
             container=active.name if active else None,

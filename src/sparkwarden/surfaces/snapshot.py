@@ -30,6 +30,9 @@ class DaemonView:
     #: what keeps the LLM from serving, and the command that ends the wait
     waiting: str | None = None
     command: str | None = None
+    #: looks at the box done since the daemon started: what a script (or a test) waits on to
+    #: know that the daemon has seen a change, rather than a guessed number of seconds
+    looks: int = 0
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ def test_status_refuses_a_typo_with_exit_2(tmp_path: Path) -> None:
     assert "state.dri: unknown key" in out.stdout + out.stderr
 
 
+@pytest.mark.alone  # two reads of the host's memory, a moment apart
 def test_memory_is_what_psutil_would_read() -> None:
     import psutil
 

@@ -607,6 +607,7 @@ def test_control_socket_lets_the_group_in_and_keeps_others_out(
     assert control.call(sock, {"cmd": "status"})["ok"] is True
 
 
+@pytest.mark.alone  # its floor is the host's MemAvailable less 1.5 GiB
 def test_memory_floor_pauses_voice_and_resumes_it_when_memory_is_back(
     stage: Stage, start_daemon: Any
 ) -> None:

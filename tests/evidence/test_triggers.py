@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.containers import ContainerState, ExitWatch
 from sparkwarden.config.schema import BudgetConfig, Config, DrainConfig, HealthConfig, MemoryConfig
 from sparkwarden.evidence.triggers import (
     AUTOMATIC,
     REASONS,
     DrainState,
-    ExitWatch,
     HealthState,
     MemoryState,
     PastRun,

@@ -9,10 +9,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sparkwarden.base import faults
 from sparkwarden.config import schema as cfg
 from sparkwarden.surfaces import control
 from tests.kits.commands import ROOT, history, status
@@ -27,6 +29,16 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(every)
+
+
+def stalling(step: str, where: Path) -> dict[str, str]:
+    """The environment that holds a daemon's runs once ``step`` has acted, before it is
+    recorded (``base/faults.py``), with the file it makes then (:meth:`DaemonProcess.held`)."""
+    return {
+        faults.ENABLE: "1",
+        faults.STALL_AT: step,
+        faults.HELD: str(where / f"held-{step}-{uuid.uuid4().hex[:8]}"),
+    }
 
 
 class DaemonProcess:
@@ -58,6 +70,12 @@ class DaemonProcess:
             return bool(self.request({"cmd": "status"}).get("ok"))
         except control.DaemonUnavailable:
             return False
+
+    def held(self, step: str, timeout: float = 60.0) -> None:
+        """Once its run holds after ``step`` acted (a daemon started with :func:`stalling`): the
+        step's "running" in history comes before its action, which may not have landed yet."""
+        where = Path(self.env[faults.HELD])
+        wait_for(f"the run held after {step} acted", where.exists, timeout=timeout)
 
     def request(self, payload: dict[str, Any]) -> dict[str, Any]:
         return control.call(self.settings.control.socket, payload)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
-from sparkwarden.base.containers import ContainerState
-from sparkwarden.evidence.triggers import ExitWatch
+from sparkwarden.base.containers import ContainerState, ExitWatch
 from sparkwarden.restart import docker_policy
 from sparkwarden.restart.docker_policy import NO, Policy, PolicyView
 from sparkwarden.surfaces import status_text

@@ -41,7 +41,7 @@ from tests.kits.commands import (
     socket_of,
     start_cli,
 )
-from tests.kits.daemonkit import DaemonProcess, Daemons, wait_for
+from tests.kits.daemonkit import DaemonProcess, Daemons, stalling, wait_for
 from tests.kits.privatedocker import PrivateDocker
 from tests.kits.soundness import answers_chat, assert_sound
 
@@ -181,15 +181,11 @@ def test_kill_9_at_every_step_is_repaired(
         port,
         [stt],
     )
-    stalled = DaemonProcess(
-        config,
-        tmp_path / "stalled.log",
-        {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": step},
-    ).start()
+    stalled = DaemonProcess(config, tmp_path / "stalled.log", stalling(step, tmp_path)).start()
     client = start_cli(config, "restart")
     try:
         wait_for(f"a run stalled in {step}", lambda: running_step(config) == step)
-        time.sleep(0.3)
+        stalled.held(step)
         stalled.signal(signal.SIGKILL)
         stalled.wait()
     finally:
@@ -530,8 +526,8 @@ def daemons(tmp_path: Path) -> Iterator[Any]:
     pool = Daemons(tmp_path)
 
     def start(config: Path, stall_at: str | None = None, ready: bool = True) -> DaemonProcess:
-        stall = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": stall_at}
-        return pool.start(config, stall if stall_at else None, ready)
+        stall = stalling(stall_at, tmp_path) if stall_at else None
+        return pool.start(config, stall, ready)
 
     yield start
     pool.stop_all()
@@ -543,6 +539,7 @@ def kill_mid_run(daemon: DaemonProcess, config: Path, step: str) -> None:
     client = start_cli(config, "restart")
     try:
         wait_for(f"a run stalled in {step}", lambda: running_step(config) == step, timeout=60)
+        daemon.held(step)
         daemon.signal(signal.SIGKILL)
         daemon.wait()
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from tests.kits.commands import history
-from tests.kits.daemonkit import wait_for
+from tests.kits.daemonkit import stalling, wait_for
 from tests.kits.soundness import no_overlap
 from tests.restart.test_fault_matrix import events_since, kill_mid_run
 
@@ -114,8 +114,7 @@ def test_kill_point_fuzz_the_operators_move_while_down_is_respected(
             budget={"backoff": "1s"},
             control={"socket": str(ctl / "control.sock"), "group": ""},
         )
-        stall = {"SPARKWARDEN_ENABLE_FAULTS": "1", "SPARKWARDEN_FAULT_STALL_AT": step}
-        kill_mid_run(pool.start(config, stall), config, step)
+        kill_mid_run(pool.start(config, stalling(step, tmp)), config, step)
         client = stage.client
         theirs: set[str] = set()  # what the operator started, stopped or made
         if move == "start" and stage.status(llm) != "running":

@@ -142,6 +142,7 @@ def test_engine_that_dies_while_loading_fails_fast(stage: Stage, make_config: An
     assert_sound(stage, history(config), llm=llm, port=port, voice={})
 
 
+@pytest.mark.alone  # the host's MemAvailable within 2 GiB across a run
 def test_memory_gate_not_met_the_llm_is_not_started(stage: Stage, make_config: Any) -> None:
     llm, port = stage.llm("llm")
     stt = stage.voice("stt")

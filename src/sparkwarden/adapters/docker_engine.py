@@ -15,6 +15,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ContainerError, NoSuchContainer, scrub
 
@@ -89,6 +90,24 @@ class DockerEngine:
             return [str(row[column]) for row in listing.get("Processes") or []]
 
         return self._call(f"top {name}", top)
+
+    def events(self, container_id: str, since: float, until: float) -> list[ContainerEvent]:
+        """The container's events between ``since`` and ``until``, as dockerd still keeps them
+        (its latest ones): who stopped it, for a node the head asks after the fact."""
+
+        def read() -> list[ContainerEvent]:
+            found = [
+                ContainerEvent.from_docker(raw)
+                for raw in self.client.events(
+                    decode=True,
+                    since=int(since),
+                    until=int(until) + 1,
+                    filters={"type": "container", "container": container_id},
+                )
+            ]
+            return [e for e in found if e is not None and since <= e.t <= until]
+
+        return self._call(f"events of {container_id[:12]}", read)
 
     def _change(self, verb: str, name: str, fn: Callable[[Any], None], wanted: str) -> None:
         """A state change; after a retry, finding the container already ``wanted`` is done."""

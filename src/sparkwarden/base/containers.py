@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sparkwarden.base.errors import ContainerError
 
@@ -105,3 +105,30 @@ def voice_to_quiet(states: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """
     to_quiet = [name for name, status in states.items() if status == "running"]
     return to_quiet, {name: status for name, status in states.items() if status != "running"}
+
+
+#: The signal number in the ``kill`` event of a ``docker stop``.
+SIGTERM = "15"
+
+
+@dataclass(frozen=True)
+class ExitWatch:
+    """Tells a crash from an operator's ``docker stop`` by the events before ``die``.
+
+    ``docker stop`` sends a ``kill`` event with signal 15 before ``die``; a crash of the engine
+    dies with no ``kill`` at all, and ``docker kill`` (signal 9) is treated as a crash too.
+    """
+
+    term_at: float | None = None
+
+    def on_event(self, action: str, signal: str | None, t: float) -> ExitWatch:
+        if action == "kill" and signal == SIGTERM:
+            return replace(self, term_at=t)
+        if action == "start":
+            return ExitWatch()
+        return self
+
+    def classify_die(self, t: float, stop_window: float) -> Literal["crash", "operator-stop"]:
+        if self.term_at is not None and t - self.term_at <= stop_window:
+            return "operator-stop"
+        return "crash"

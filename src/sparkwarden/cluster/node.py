@@ -18,7 +18,13 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkwarden.adapters.host import Host
-from sparkwarden.base.containers import UP_STATUSES, ContainerState, command_line, voice_to_quiet
+from sparkwarden.base.containers import (
+    UP_STATUSES,
+    ContainerState,
+    ExitWatch,
+    command_line,
+    voice_to_quiet,
+)
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError, StepFailed
 from sparkwarden.base.version import version
 
@@ -77,11 +83,35 @@ def engine_view(docker: DockerEngine, name: str, engine_process: bool = False) -
         "exit_code": state.exit_code,
         "oom_killed": state.oom_killed,
         "started_at": state.started_at.isoformat() if state.started_at else None,
+        # a rank Docker's policy started again (the head's rendezvous never sees it), and the
+        # policy that would: the head tells a rank that cannot have joined by its start
+        "restart_count": state.restart_count,
+        "restart_policy": state.restart_policy,
+        **({"stopped": stopped_by(docker, state)} if status in ("exited", "created") else {}),
         # what doctor reads the set-up from (vLLM's rank flags, ray start, a --rm launcher)
         "command": command_line(attrs),
         "auto_remove": bool((attrs.get("HostConfig") or {}).get("AutoRemove")),
         **({"processes_unread": unread} if unread else {}),
     }
+
+
+def stopped_by(docker: DockerEngine, state: ContainerState) -> dict[str, Any]:
+    """How a stopped engine container went down, told by this node's own Docker events since
+    its last start (as the head tells its own): ``term_at``, the SIGTERM of a ``docker stop``
+    (an operator's, or a run's: the head knows its runs), and ``died_at``. Events dockerd no
+    longer keeps, or could not give, leave both None: a crash, as an unexplained exit is."""
+    if state.started_at is None or state.finished_at is None:
+        return {"term_at": None, "died_at": None}
+    since, until = state.started_at.timestamp(), state.finished_at.timestamp() + 1
+    try:
+        events = docker.events(state.id, since, until)
+    except SparkwardenError as exc:
+        return {"term_at": None, "died_at": None, "events_unread": str(exc)}
+    watch, died_at = ExitWatch(), None
+    for event in events:
+        watch = watch.on_event(event.action, event.signal, event.t)
+        died_at = event.t if event.action == "die" else died_at
+    return {"term_at": watch.term_at, "died_at": died_at}
 
 
 def runs_engine(command: str) -> bool:

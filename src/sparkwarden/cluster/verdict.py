@@ -11,8 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: What ``cluster status`` can say of the whole.
-ClusterState = Literal["serving", "crashed", "head-down", "down", "unhealthy", "unknown"]
+from sparkwarden.base.containers import ExitWatch
+
+#: What ``cluster status`` can say of the whole: ``stale``, a rank started again since the
+#: cluster last served (it cannot have joined the running head); ``stopped``, a worker's engine
+#: an operator stopped by hand (never overridden).
+ClusterState = Literal[
+    "serving", "crashed", "stale", "stopped", "head-down", "down", "unhealthy", "unknown"
+]
+
+#: Which start of each engine container the cluster served from: node -> container -> StartedAt.
+Starts = dict[str, dict[str, str | None]]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What the head's journal knows of the cluster it judges (nothing, by default)."""
+
+    #: the starts the cluster last served from (a cluster run that ended ok, or the first look
+    #: that saw it serving); None: none recorded yet
+    starts: Starts | None = None
+    #: the cluster runs' spans (start, end): a ``docker stop`` within one was the run's own
+    runs: tuple[tuple[float, float], ...] = ()
+    #: how long after its SIGTERM a container's exit still belongs to that stop
+    stop_window: float = 25.0
 
 
 @dataclass(frozen=True)
@@ -85,15 +107,78 @@ def preflight_problems(views: list[NodeView], missing_ok: bool = False) -> list[
     return problems
 
 
-def judge(views: list[NodeView], head_health: str | None) -> Verdict:
+def starts_of(views: list[NodeView]) -> Starts:
+    """Which start of each running engine container every reachable node has now."""
+    return {
+        v.name: {str(e.get("name")): e.get("started_at") for e in v.engines if _running(e)}
+        for v in views
+        if v.reachable
+    }
+
+
+def stopped_by_hand(view: NodeView, proof: Proof) -> list[str]:
+    """The engine containers on ``view``'s node that an operator stopped: a ``docker stop``'s
+    SIGTERM, the exit within the stop window after it, and no cluster run going then."""
+    names = []
+    for engine in view.engines:
+        stopped = engine.get("stopped") or {}
+        term, died = stopped.get("term_at"), stopped.get("died_at")
+        if not isinstance(term, int | float) or not isinstance(died, int | float):
+            continue
+        ours = any(start <= term <= end for start, end in proof.runs)
+        if not ours and ExitWatch(term_at=term).classify_die(died, proof.stop_window) != "crash":
+            names.append(str(engine.get("name")))
+    return names
+
+
+def started_behind(views: list[NodeView], proof: Proof) -> list[str]:
+    """The ranks started again since the cluster last served (Docker's restart policy, an
+    operator's ``docker restart`` or start): a new rank never rejoins a head that runs on
+    (vllm#32136), nor does a new head find its old ranks. Every rank new is a cluster started
+    anew as a whole (by hand): not stale. Without a proven start, Docker's own count says it."""
+    now = starts_of(views)
+    running = [(node, name, at) for node, engines in now.items() for name, at in engines.items()]
+    if proof.starts is None:
+        return [
+            f"{v.name}: {e.get('name')} was started again by Docker's restart policy "
+            f"(RestartCount {e.get('restart_count')})"
+            for v in views
+            if v.reachable and v.role == "worker"
+            for e in v.engines
+            if _running(e) and int(e.get("restart_count") or 0) > 0
+        ]
+    known = [(n, c, at) for n, c, at in running if c in proof.starts.get(n, {})]
+    moved = [(n, c, at) for n, c, at in known if proof.starts[n][c] != at]
+    if not moved or len(moved) == len(known):
+        return []
+    return [
+        f"{node}: {name} started again at {at}, after the cluster's start"
+        for node, name, at in moved
+    ]
+
+
+def judge(views: list[NodeView], head_health: str | None, proof: Proof | None = None) -> Verdict:
     """The cluster's state from every node's answer and the head's ``/health`` ("up", "dead",
-    "loading", "no-answer", or None when not asked)."""
+    "loading", "no-answer", or None when not asked); ``proof``: what the head's journal knows
+    (which start the cluster served from, its runs)."""
+    proof = proof or Proof()
     lines = {view.name: describe(view) for view in views}
     unreachable = [v.name for v in views if not v.reachable]
     head = next(v for v in views if v.role == "head")
     workers = [v for v in views if v.role == "worker"]
     dead_workers = [v.name for v in workers if v.reachable and not v.engine_up]
     live_workers = [v.name for v in workers if v.reachable and v.engine_up]
+    by_hand = {v.name: stopped_by_hand(v, proof) for v in workers if v.name in dead_workers}
+    if any(by_hand.values()):
+        named = "; ".join(
+            f"{', '.join(names)} on {node}" for node, names in by_hand.items() if names
+        )
+        return Verdict(
+            "stopped",
+            f"stopped by hand: {named}; left alone (start it again and the cluster is restarted "
+            "as one, its new rank cannot join the running head; or: sparkwarden cluster restart)",
+            lines,
+        )
     if dead_workers and head.reachable and head.engine_up:
         said = f" though the head's /health says {head_health}" if head_health == "up" else ""
         return Verdict(
@@ -109,6 +194,13 @@ def judge(views: list[NodeView], head_health: str | None) -> Verdict:
             "not rejoin a new head: restart the cluster as one",
             lines,
         )
+    if head.reachable and head.engine_up and (behind := started_behind(views, proof)):
+        return Verdict(
+            "stale",
+            f"{'; '.join(behind)}: a rank started behind the head's back never joins it (every "
+            "request hangs though /health may say 200); restart the cluster as one",
+            lines,
+        )
     if unreachable:
         return Verdict("unknown", f"no answer from {', '.join(unreachable)}: state unknown", lines)
     if not head.engine_up:
@@ -120,28 +212,42 @@ def judge(views: list[NodeView], head_health: str | None) -> Verdict:
     return Verdict("serving", f"all {len(views)} nodes run their engine", lines)
 
 
-def node_problems(views: list[NodeView]) -> list[str]:
-    """What makes ``sparkwarden status`` on the head exit 1: a node that did not answer, or a
-    worker whose engine container is not running (the head's own engine is status's ``llm``)."""
+def node_problems(views: list[NodeView], proof: Proof | None = None) -> list[str]:
+    """What makes ``sparkwarden status`` on the head exit 1: a node that did not answer, a
+    worker whose engine container is not running (the head's own engine is status's ``llm``;
+    one stopped by hand says so, with what ends the wait), or a rank started behind the head's
+    back."""
+    proof = proof or Proof()
     problems = [f"{v.name}: {v.problem}" for v in views if not v.reachable]
-    problems += [
-        f"{v.name}: {e.get('name')} is {e.get('status')}"
-        for v in views
-        if v.reachable and v.role == "worker"
-        for e in v.engines
-        if e.get("status") != "running"
-    ]
-    return problems
+    for v in views:
+        if not v.reachable or v.role != "worker":
+            continue
+        by_hand = stopped_by_hand(v, proof)
+        for e in v.engines:
+            if e.get("status") == "running":
+                continue
+            name = e.get("name")
+            said = f"{v.name}: {name} is {e.get('status')}"
+            if name in by_hand:
+                said += f", stopped by hand (on {v.name}: docker start {name})"
+            problems.append(said)
+    return problems + started_behind(views, proof)
 
 
-def as_json(views: list[NodeView], head_health: str | None) -> dict[str, Any]:
+def _running(engine: dict[str, Any]) -> bool:
+    return engine.get("status") == "running"
+
+
+def as_json(
+    views: list[NodeView], head_health: str | None, proof: Proof | None = None
+) -> dict[str, Any]:
     """The cluster as ``cluster status --json`` and ``status --json``'s ``cluster`` show it."""
-    verdict = judge(views, head_health)
+    verdict = judge(views, head_health, proof)
     return {
         "state": verdict.state,
         "summary": verdict.summary,
         "head_health": head_health,
-        "problems": node_problems(views),
+        "problems": node_problems(views, proof),
         "nodes": {
             v.name: {
                 "role": v.role,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.triggers.base import BaseTrigger
 
+from sparkwarden.base.containers import ExitWatch
 from sparkwarden.base.cron import missed_run_due, next_fire
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
@@ -41,7 +42,6 @@ from sparkwarden.evidence import acceptance, canary, canary_reading, triggers
 from sparkwarden.evidence.triggers import (
     AUTOMATIC,
     PLANNED,
-    ExitWatch,
     HealthState,
     Reason,
     automatic,

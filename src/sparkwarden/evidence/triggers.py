@@ -45,31 +45,8 @@ def uptime_due(container: ContainerState | None, now: datetime, max_uptime: floa
 
 # --- crash ---------------------------------------------------------------------------------------
 
-#: Signal numbers in Docker's ``kill`` events.
-_SIGTERM = "15"
-
-
-@dataclass(frozen=True)
-class ExitWatch:
-    """Tells a crash from an operator's ``docker stop`` by the events before ``die``.
-
-    ``docker stop`` sends a ``kill`` event with signal 15 before ``die``; a crash of the engine
-    dies with no ``kill`` at all, and ``docker kill`` (signal 9) is treated as a crash too.
-    """
-
-    term_at: float | None = None
-
-    def on_event(self, action: str, signal: str | None, t: float) -> ExitWatch:
-        if action == "kill" and signal == _SIGTERM:
-            return replace(self, term_at=t)
-        if action == "start":
-            return ExitWatch()
-        return self
-
-    def classify_die(self, t: float, stop_window: float) -> Literal["crash", "operator-stop"]:
-        if self.term_at is not None and t - self.term_at <= stop_window:
-            return "operator-stop"
-        return "crash"
+# ExitWatch (a crash told from an operator's stop) is in base/containers.py: the cluster's
+# nodes tell it too.
 
 
 # --- unhealthy -----------------------------------------------------------------------------------

@@ -176,7 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a command whose reader quit (``| head -1``): a shell's 128 + SIGPIPE.
+EXIT_READER_GONE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every command; one whose output's reader quits ends quietly, as a filter does (a run's
+    own output is sturdier: ``foreground.say`` goes on without its reader)."""
+    try:
+        code = _command(argv)
+        sys.stdout.flush()  # here, not at exit: where a reader gone is still caught
+        return code
+    except BrokenPipeError:
+        from sparkwarden.base.logs import to_nowhere
+
+        to_nowhere(sys.stdout.fileno())  # what Python flushes at exit goes nowhere, quietly
+        return EXIT_READER_GONE
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.config = getattr(args, "config", None)
     args.log_level = getattr(args, "log_level", None)

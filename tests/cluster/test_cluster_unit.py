@@ -35,7 +35,15 @@ from sparkwarden.cluster.sequence import (
     steps,
 )
 from sparkwarden.cluster.setup import check as check_setup
-from sparkwarden.cluster.verdict import NodeView, as_json, judge, preflight_problems
+from sparkwarden.cluster.verdict import (
+    NodeView,
+    Proof,
+    as_json,
+    judge,
+    node_problems,
+    preflight_problems,
+)
+from sparkwarden.cluster.watch import MENDED_BY_RESTART, Look, Watch, observe
 from sparkwarden.config.schema import ClusterNode, Config, parse
 from sparkwarden.restart.journal import Journal, RunRecord
 from sparkwarden.surfaces import status_text
@@ -897,3 +905,110 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+# --- who started when, and whose move it was (#38) ---------------------------------------------
+
+
+def ranked(name: str, role: str, started: str, **engine: Any) -> NodeView:
+    """A node whose engine runs from the start ``started`` (its ``StartedAt``)."""
+    base = view(name, role)
+    (first,) = base.engines
+    return NodeView(
+        name, role, {**(base.answer or {}), "engines": [{**first, **engine, "started_at": started}]}
+    )  # type: ignore[arg-type]
+
+
+def stopped(name: str, term_at: float | None, died_at: float | None) -> NodeView:
+    """A worker whose engine exited; ``term_at``: the SIGTERM of a ``docker stop`` before it."""
+    base = view(name, "worker", "exited")
+    (first,) = base.engines
+    engine = {**first, "stopped": {"term_at": term_at, "died_at": died_at}}
+    return NodeView(name, "worker", {**(base.answer or {}), "engines": [engine]})  # type: ignore[arg-type]
+
+
+SERVED = {"head": {"e-head": "T0"}, "w1": {"e-w1": "T0"}, "w2": {"e-w2": "T0"}}
+
+
+def test_a_rank_started_since_the_cluster_served_is_stale_and_mended_by_a_restart() -> None:
+    """Docker's policy or an operator's docker restart on a worker: the new rank never rejoins
+    the head, whose /health still says 200; every rank new is a cluster started anew."""
+    proof = Proof(SERVED)
+    cluster = [
+        ranked("head", "head", "T0"),
+        ranked("w1", "worker", "T1"),
+        ranked("w2", "worker", "T0"),
+    ]
+    verdict = judge(cluster, "up", proof)
+    assert verdict.state == "stale" and "w1: e-w1 started again at T1" in verdict.summary
+    assert "restart the cluster as one" in verdict.summary
+    assert "w1: e-w1 started again at T1, after the cluster's start" in node_problems(
+        cluster, proof
+    )
+    look = Look(1.0, verdict)
+    seen = observe(observe(Watch(), look, 2).watch, look, 2)
+    assert seen.restart is not None and seen.restart.startswith("cluster stale on 2 looks")
+    # the head started again against old ranks hangs as well
+    head_new = [
+        ranked("head", "head", "T1"),
+        ranked("w1", "worker", "T0"),
+        ranked("w2", "worker", "T0"),
+    ]
+    assert judge(head_new, "up", proof).state == "stale"
+    anew = [
+        ranked("head", "head", "T2"),
+        ranked("w1", "worker", "T2"),
+        ranked("w2", "worker", "T2"),
+    ]
+    assert judge(anew, "up", proof).state == "serving"
+    same = [
+        ranked("head", "head", "T0"),
+        ranked("w1", "worker", "T0"),
+        ranked("w2", "worker", "T0"),
+    ]
+    assert judge(same, "up", proof).state == "serving" and judge(same, "up").state == "serving"
+
+
+def test_without_a_proven_start_dockers_own_count_tells_a_rank_it_started_again() -> None:
+    again = [ranked("head", "head", "T0"), ranked("w1", "worker", "T1", restart_count=1)]
+    verdict = judge(again, "up", Proof())
+    assert verdict.state == "stale", verdict
+    assert (
+        "w1: e-w1 was started again by Docker's restart policy (RestartCount 1)" in verdict.summary
+    )
+    assert (
+        judge([ranked("head", "head", "T0"), ranked("w1", "worker", "T1")], "up").state == "serving"
+    )
+
+
+def test_a_worker_stopped_by_hand_is_left_alone_and_named_with_what_ends_the_wait() -> None:
+    proof = Proof(SERVED, runs=((100.0, 200.0),), stop_window=25.0)
+    by_hand = [ranked("head", "head", "T0"), stopped("w1", 300.0, 302.0)]
+    verdict = judge(by_hand, "up", proof)
+    assert verdict.state == "stopped" and "stopped by hand: e-w1 on w1" in verdict.summary
+    assert verdict.state not in MENDED_BY_RESTART
+    (problem,) = node_problems(by_hand, proof)
+    assert problem == "w1: e-w1 is exited, stopped by hand (on w1: docker start e-w1)"
+    # the run's own stop, a crash (no SIGTERM), a SIGTERM long before the exit: not by hand
+    for worker in (
+        stopped("w1", 150.0, 152.0),
+        stopped("w1", None, 302.0),
+        stopped("w1", 300.0, 400.0),
+    ):
+        assert judge([ranked("head", "head", "T0"), worker], "up", proof).state == "crashed"
+
+
+def test_doctor_names_a_restart_policy_on_a_nodes_engine() -> None:
+    head = node("head", "head", ["bash", "-c", " ".join([*RANK, "--node-rank", "0"])])
+    worker = node("w1", "worker", [*RANK, "--node-rank", "1", "--headless", "--master-addr", "x"])
+    (engine,) = worker.engines
+    policed = NodeView("w1", "worker", {"engines": [{**engine, "restart_policy": "on-failure"}]})  # type: ignore[arg-type]
+    (error,) = [(m, f) for s, m, f in fixes(check_setup([head, policed], "native")) if s == "error"]
+    assert "w1: e-w1 has Docker's restart policy 'on-failure'" in error[0]
+    assert "never rejoins the running head" in error[0]
+    assert error[1] == "on w1: docker update --restart=no e-w1"
+    assert not [f for f in fixes(check_setup([head, worker], "native")) if f[0] == "error"]
+
+
+def fixes(findings: list[Any]) -> list[tuple[str, str, str]]:
+    return [(f.severity, f.message, f.fix) for f in findings]

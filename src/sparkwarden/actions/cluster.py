@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from typing import TYPE_CHECKING
 
 from sparkwarden.actions.foreground import say, uncut
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.looks import cluster_of, look
+from sparkwarden.cluster.verdict import Proof, describe, judge, preflight_problems
 from sparkwarden.cluster.verdict import as_json as cluster_json
-from sparkwarden.cluster.verdict import describe, judge, preflight_problems
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm.client import Health, VllmClient
 
@@ -77,9 +78,10 @@ def status(config: Config, as_json: bool) -> int:
     """Every node as the head sees it now; exit 0 only when the whole cluster serves."""
     views = look(config)
     health = _head_health(config)
-    verdict = judge(views, health.status)
+    proof = journal_proof(config)
+    verdict = judge(views, health.status, proof)
     if as_json:
-        print(json.dumps(cluster_json(views, health.status)))
+        print(json.dumps(cluster_json(views, health.status, proof)))
     else:
         print(f"cluster: {verdict.state}: {verdict.summary}")
         print(f"  head /health: {health.status} ({health.detail})")
@@ -108,6 +110,17 @@ def preflight(config: Config, as_json: bool) -> int:
             print(f"  {view.name:<12} {view.role:<6} {describe(view)}")
         print("preflight: ok" if not problems else "preflight failed: " + "; ".join(problems))
     return 0 if not problems else 1
+
+
+def journal_proof(config: Config) -> Proof:
+    """What the head's journal knows of the cluster (:meth:`Kept.cluster_proof`); a journal
+    this user cannot read knows nothing (a run's own stops then read as an operator's)."""
+    from sparkwarden.daemon.cluster_looks import cluster_proof
+
+    try:
+        return cluster_proof(config)
+    except (SparkwardenError, OSError, sqlite3.Error):
+        return Proof()
 
 
 def _head_health(config: Config) -> Health:

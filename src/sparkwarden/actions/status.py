@@ -74,6 +74,7 @@ def view(where: Places, config: Config | None = None) -> dict[str, Any]:
 
 def cluster_view(config: Config) -> dict[str, Any]:
     """Every node, one bounded parallel look (the head's ``/health`` is already in ``llm``)."""
+    from sparkwarden.actions.cluster import journal_proof
     from sparkwarden.cluster import looks, verdict
 
-    return verdict.as_json(looks.look(config, STATUS_MARGIN), None)
+    return verdict.as_json(looks.look(config, STATUS_MARGIN), None, journal_proof(config))

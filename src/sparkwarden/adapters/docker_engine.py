@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
 
-from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ContainerError, NoSuchContainer, scrub
+
+if TYPE_CHECKING:
+    from sparkwarden.adapters.docker_events import ContainerEvent
 
 T = TypeVar("T")
 
@@ -94,6 +96,9 @@ class DockerEngine:
     def events(self, container_id: str, since: float, until: float) -> list[ContainerEvent]:
         """The container's events between ``since`` and ``until``, as dockerd still keeps them
         (its latest ones): who stopped it, for a node the head asks after the fact."""
+
+        # here: its module brings the logger, which a node's verb (a fresh Python) goes without
+        from sparkwarden.adapters.docker_events import ContainerEvent
 
         def read() -> list[ContainerEvent]:
             found = [

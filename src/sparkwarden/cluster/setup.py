@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sparkwarden.base.containers import FIGHTING
 from sparkwarden.cluster.node import runs_vllm
 from sparkwarden.cluster.verdict import NodeView
 from sparkwarden.vllm import serve_flags
@@ -69,6 +70,15 @@ def check(views: list[NodeView], configured: str) -> list[Finding]:
             kind, flags, commands[view.name] = seen(engine)
             kinds[f"{view.name}/{engine.get('name')}"] = kind
             ranks[view.name] = {**flags, "role": view.role}
+            policy = str(engine.get("restart_policy") or "no")
+            if policy in FIGHTING:
+                add(
+                    "error",
+                    f"{view.name}: {engine.get('name')} has Docker's restart policy {policy!r}: "
+                    "a rank it starts again never rejoins the running head (vllm#32136), and "
+                    "the cluster hangs behind a /health of 200 until sparkwarden restarts it all",
+                    f"on {view.name}: docker update --restart=no {engine.get('name')}",
+                )
     unknown = [where for where, kind in kinds.items() if kind == "unknown"]
     if unknown:
         add(

@@ -1,21 +1,23 @@
 """When the head restarts the cluster by itself: a pure judgement over its recent looks.
 
-A worker's engine gone (``crashed``) or the head's gone with ranks left running (``head-down``)
-can only be mended by restarting the whole cluster; seen on ``confirm`` looks in a row (one look
-can catch a rank mid-restart), the daemon on the head wants a restart, which its gates (hold,
-budget, backoff, a container stopped by hand) still let through or not. A node that does not
-answer (``unknown``) is reported, once, never acted on: nothing is guessed. ``down`` (no engine
-anywhere) is left to the head's own reconcile: an operator stopped it, or a run failed naming why.
+A worker's engine gone (``crashed``), a rank started again since the cluster last served
+(``stale``: it never joins the running head) or the head's gone with ranks left running
+(``head-down``) can only be mended by restarting the whole cluster; seen on ``confirm`` looks
+in a row (one look can catch a rank mid-restart), the daemon on the head wants a restart, which
+its gates (hold, budget, backoff, a container stopped by hand) still let through or not. A node
+that does not answer (``unknown``) is reported, once, never acted on: nothing is guessed.
+``down`` (no engine anywhere) is left to the head's own reconcile: an operator stopped it, or a
+run failed naming why. A worker's engine stopped by hand (``stopped``) is left alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sparkwarden.cluster.verdict import ClusterState, Verdict
+from sparkwarden.cluster.verdict import ClusterState, Starts, Verdict
 
 #: The states only a restart of the whole cluster mends.
-MENDED_BY_RESTART: frozenset[ClusterState] = frozenset({"crashed", "head-down"})
+MENDED_BY_RESTART: frozenset[ClusterState] = frozenset({"crashed", "stale", "head-down"})
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,9 @@ class Look:
     unreachable: tuple[str, ...] = ()
     #: the nodes whose engine containers run
     engines_up: tuple[str, ...] = ()
+    #: the engine starts a serving cluster runs from, when no run of sparkwarden's made them
+    #: (nor an earlier look adopted them): to adopt
+    adopt: Starts | None = None
 
 
 @dataclass(frozen=True)

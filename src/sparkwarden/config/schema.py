@@ -117,6 +117,12 @@ class LlmConfig(_Section):
         """The Bearer token, read when needed so it never sits in a printed config."""
         return read_key(self.api_key_file, API_KEY_ENV, "llm.api_key_file")
 
+    @property
+    def stop_window(self) -> float:
+        """How long after a ``docker stop``'s SIGTERM the engine's exit still belongs to that
+        stop (the stop's own timeout, and a margin): an operator's stop, not a crash."""
+        return self.stop_timeout + 15
+
 
 #: Where the key comes from when no ``api_key_file`` is set.
 API_KEY_ENV = "SPARKWARDEN_LLM_API_KEY"

@@ -94,6 +94,9 @@ class Hands(ClusterHands):
                 case do.NoteOperatorStop(stop):
                     self.kept.put_operator_stopped(stop)
                     wrote = True
+                case do.AdoptClusterStarts(starts, t):
+                    self.kept.adopt_cluster_starts(starts, t)
+                    wrote = True
                 case do.KeepRetry(retry):
                     self.kept.put_retry(retry)
                     wrote = True

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.cluster.verdict import Proof, Starts
 from sparkwarden.restart.journal import Journal
 
 
@@ -33,6 +34,7 @@ class Key(StrEnum):
     OPERATOR_STOPPED = "operator_stopped"
     RETRY = "retry"
     CANARY_BASELINE = "canary_baseline"
+    CLUSTER_STARTS = "cluster_starts"
 
 
 @dataclass(frozen=True)
@@ -272,3 +274,23 @@ class Kept:
         self.journal.put(
             Key.CANARY_BASELINE, {"engine": engine.to_json(), "baseline": dict(baseline)}
         )
+
+    def cluster_proof(self, stop_window: float) -> Proof:
+        """What a cluster's head knows of the cluster it judges: the engine starts it last
+        served from (the newest of a cluster run that ended ok and the first serving look
+        adopted), and when its cluster runs went (a stop within one was the run's own)."""
+        runs = [r for r in self.journal.runs(50) if "cluster" in r.plan]
+        spans = tuple((r.started_at, r.ended_at or float("inf")) for r in runs)
+        proven = next((r for r in runs if r.result == "ok" and r.plan.get("cluster_started")), None)
+        adopted: dict[str, Any] | None = self.journal.get(Key.CLUSTER_STARTS)
+        starts: Starts | None = None
+        if proven is not None:
+            starts = dict(proven.plan["cluster_started"])
+        if adopted and (proven is None or float(adopted["at"]) > (proven.ended_at or 0.0)):
+            starts = dict(adopted["starts"])
+        return Proof(starts, spans, stop_window)
+
+    def adopt_cluster_starts(self, starts: Starts, t: float) -> None:
+        """A cluster seen serving from starts no run of sparkwarden's made (started by hand, or
+        before sparkwarden watched): the ones a rank is measured against from now on."""
+        self.journal.put(Key.CLUSTER_STARTS, {"at": t, "starts": starts})

@@ -18,6 +18,7 @@ from sparkwarden.cluster import verdict as cluster_verdict
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
+from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.restart.journal import RunRecord, StepResult
 from sparkwarden.restart.lock import RunLock
@@ -175,7 +176,8 @@ class ClusterHands:
             finally:
                 link.close()
             health = self.parts.vllm.health(timeout=self.config.health.timeout).status
-            state = cluster_verdict.judge(views, health).state
+            proof = Kept(self.parts.journal).cluster_proof(self.config.llm.stop_window)
+            state = cluster_verdict.judge(views, health, proof).state
             up = state in ("serving", "unhealthy")  # every rank up, the head loading or not
             prove = None
             if up and cluster_seq.booted_by(views, dict(run.plan.get("cluster_started") or {})):

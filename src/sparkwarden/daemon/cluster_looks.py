@@ -15,9 +15,11 @@ from collections.abc import Callable
 
 from sparkwarden.base import logs
 from sparkwarden.cluster.looks import CALL_MARGIN, look
-from sparkwarden.cluster.verdict import judge
+from sparkwarden.cluster.verdict import Proof, judge, starts_of
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config.schema import Config
+from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.restart.journal import Journal
 from sparkwarden.vllm.client import VllmClient
 
 log = logs.get("sparkwarden.cluster")
@@ -44,16 +46,21 @@ class ClusterLooks:
             self._thread.join(timeout=3 * self.config.cluster.connect_timeout + CALL_MARGIN)
 
     def take(self) -> Look:
-        """Every node's answer and the head's ``/health``, judged."""
+        """Every node's answer and the head's ``/health``, judged against what the journal
+        knows (which start the cluster served from, when its runs went)."""
         views = look(self.config)
         vllm = VllmClient(self.config.llm.base_url, self.config.llm.api_key())
         try:
             health = vllm.health(timeout=self.config.health.timeout).status
         finally:
             vllm.close()
+        proof = cluster_proof(self.config)
+        verdict = judge(views, health, proof)
         unreachable = tuple(v.name for v in views if not v.reachable)
         up = tuple(v.name for v in views if v.engine_up)
-        return Look(time.time(), judge(views, health), unreachable, up)
+        starts = starts_of(views)
+        adopt = starts if verdict.state == "serving" and starts != proof.starts else None
+        return Look(time.time(), verdict, unreachable, up, adopt)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -63,3 +70,12 @@ class ClusterLooks:
                 except Exception as exc:  # a look that failed must not end the watch
                     log.warning("cluster_look_failed", error=f"{type(exc).__name__}: {exc}")
             self._stop.wait(self.interval)
+
+
+def cluster_proof(config: Config) -> Proof:
+    """What the head's journal knows of its cluster now (a run typed meanwhile included)."""
+    journal = Journal(config.state.dir)
+    try:
+        return Kept(journal).cluster_proof(config.llm.stop_window)
+    finally:
+        journal.close()

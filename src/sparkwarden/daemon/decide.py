@@ -23,6 +23,7 @@ from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.intents import (
+    AdoptClusterStarts,
     ClearGaveUp,
     EventsSeen,
     Intent,
@@ -93,11 +94,6 @@ class Mind:
 Decision = tuple[Mind, list[Intent]]
 
 
-def _stop_window(cfg: Config) -> float:
-    """How long after a SIGTERM a ``die`` still belongs to that stop."""
-    return cfg.llm.stop_timeout + 15
-
-
 # --- triggers ----------------------------------------------------------------------------------
 
 
@@ -151,7 +147,7 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord]
     do about it, is :mod:`~sparkwarden.daemon.reconcile`'s to say at the look the event hastens."""
     event = seen.event
     intents: list[Intent] = [EventsSeen(event.t)]
-    window = _stop_window(cfg)
+    window = cfg.llm.stop_window
     if event.t <= mind.last_run_end or ours(event.name, event.action, event.t, runs, window):
         return mind, intents  # our own stop and start
     watch = mind.exits.get(event.name, ExitWatch()).on_event(event.action, event.signal, event.t)
@@ -167,7 +163,7 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord]
         mind = replace(mind, health=HealthState())
     if event.action != "die":
         return mind, intents
-    if watch.classify_die(event.t, _stop_window(cfg)) == "operator-stop":
+    if watch.classify_die(event.t, cfg.llm.stop_window) == "operator-stop":
         cid = event.id or (seen.now.id if seen.now else "")
         stop = OperatorStop(event.name, cid, event.t)
         said = {"container": event.name, "exit_code": event.exit_code}
@@ -260,6 +256,11 @@ def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Decision:
         ]
     for node in seen.back:
         intents.append(Say("info", "cluster_node_back", {"node": node}))
+    if look.adopt is not None:
+        intents += [
+            AdoptClusterStarts(look.adopt, look.t),
+            Say("info", "cluster_starts_adopted", {"starts": look.adopt}),
+        ]
     if seen.restart:
         mind, more = want(mind, "crash", seen.restart, look.t)
         intents += more

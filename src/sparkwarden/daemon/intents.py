@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.notices import Notice
+from sparkwarden.cluster.verdict import Starts
 from sparkwarden.daemon.beliefs import GaveUp, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.evidence.triggers import Reason
 from sparkwarden.restart.parts import Outcome
@@ -51,6 +52,15 @@ class NoteOperatorStop:
     """An operator stopped this container: it stays down until someone starts it."""
 
     stop: OperatorStop
+
+
+@dataclass(frozen=True)
+class AdoptClusterStarts:
+    """A cluster serves from engine starts no run of sparkwarden's made: a rank is measured
+    against these from now on."""
+
+    starts: Starts
+    t: float
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,7 @@ Intent = (
     | TakeOverPolicy
     | Adopt
     | NoteOperatorStop
+    | AdoptClusterStarts
     | KeepRetry
 )
 

@@ -671,3 +671,131 @@ def test_docs_commands_run_as_written(engine: Engine) -> None:
         assert result.returncode == codes.get(command, 0), said
         if command == "sparkwarden status":
             assert re.search(r"^  w1 +worker +reachable .* running", result.stdout, re.M), said
+
+
+# --- a rank that runs is not a rank that joined (#38) --------------------------------------------
+
+#: A head daemon that looks every second, each look of every node too, and sends no chat of its
+#: own: a rank lost is then seen only by its start (a chat would hang on it until the head
+#: died, as users' requests do, and the head's crash would restart the cluster anyway).
+WATCHING: dict[str, dict[str, Any]] = {
+    "cluster": {"watch_interval": "1s"},
+    "watch": {"interval": "1s"},
+    "health": {"canary_interval": "0s"},
+    "acceptance": {"enabled": False},
+}
+
+
+def watched(kit: ClusterKit, tmp_path: Path, **engine: Any) -> tuple[Engine, HeadDaemon]:
+    """A serving cluster and its head's daemon, once that daemon has adopted the ranks' starts
+    (no run of its own made them: the first serving look says which they are)."""
+    sections = {**WATCHING, "control": {"socket": str(tmp_path / "control.sock"), "group": ""}}
+    made = Engine(kit, tmp_path, **engine, **sections)
+    made.wait_serving(timeout=60)
+    daemon = HeadDaemon(kit, made, tmp_path / "daemon.log")
+    daemon.wait_said("cluster_starts_adopted")
+    return made, daemon
+
+
+def restarted_as_one(daemon: HeadDaemon, engine: Engine, ids: dict[str, str]) -> dict[str, Any]:
+    """The daemon's run that mended a stale rank: a crash's, ended ok, the cluster serving
+    again from the same containers. The run."""
+    deadline = time.monotonic() + 120
+    while not has_runs(engine):
+        assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
+        time.sleep(0.5)
+    run = daemon.runs_ended(timeout=120)[0]
+    assert run["reason"] == "crash" and run["result"] == "ok", run
+    assert engine.wait_serving(timeout=60)["state"] == "serving"
+    assert {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()} == ids
+    return run
+
+
+def has_runs(engine: Engine) -> bool:
+    return bool(json.loads(engine.cli("history", "--json").stdout))
+
+
+def test_a_worker_rank_dockers_policy_brought_back_is_seen_and_the_cluster_restarted(
+    tmp_path: Path,
+) -> None:
+    """The rank dies (exit 1) and Docker's on-failure policy starts it again: it can never
+    rejoin the head, whose /health stays 200 (vllm#32136). Seen within two looks as a rank
+    started behind the head's back, and the cluster is restarted as one."""
+    kit2 = ClusterKit(("head", "w1"))
+    engine, daemon = None, None
+    try:
+        engine, daemon = watched(kit2, tmp_path, worker_policy={"Name": "on-failure"})
+        ids = {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()}
+        worker = engine.stages["w1"]
+        os.kill(worker.attrs(engine.worker)["State"]["Pid"], signal.SIGKILL)  # the rank dies
+        deadline = time.monotonic() + 60
+        while worker.attrs(engine.worker)["RestartCount"] != 1:
+            assert time.monotonic() < deadline, worker.attrs(engine.worker)["State"]
+            time.sleep(0.3)
+        restarted_as_one(daemon, engine, ids)
+        said = daemon.said()
+        assert '"why": "cluster stale on 2 looks in a row: w1: ' in said, said[-3000:]
+        assert "a rank started behind the head's back never joins it" in said
+        doctor = engine.cli("doctor").stdout
+        assert "has Docker's restart policy 'on-failure'" in doctor, doctor
+    finally:
+        if engine is not None:
+            finish(daemon, engine)
+        kit2.close()
+
+
+def test_an_operators_docker_restart_of_a_worker_restarts_the_cluster_as_one(
+    tmp_path: Path,
+) -> None:
+    kit2 = ClusterKit(("head", "w1"))
+    engine, daemon = None, None
+    try:
+        engine, daemon = watched(kit2, tmp_path)
+        ids = {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()}
+        engine.stages["w1"].client.containers.get(engine.worker).restart(timeout=5)
+        restarted_as_one(daemon, engine, ids)
+        assert "started again at" in daemon.said(), daemon.said()[-3000:]
+    finally:
+        if engine is not None:
+            finish(daemon, engine)
+        kit2.close()
+
+
+def test_an_operators_stop_of_a_worker_is_left_alone_then_their_start_mends_the_cluster(
+    tmp_path: Path,
+) -> None:
+    """``docker stop`` on a worker (told by the node's own events) is never overridden: status
+    and cluster status exit 1 naming it, stopped by hand, with what ends the wait. The
+    operator's start brings a rank that cannot rejoin: the cluster is restarted as one."""
+    kit2 = ClusterKit(("head", "w1"))
+    engine, daemon = None, None
+    try:
+        engine, daemon = watched(kit2, tmp_path)
+        ids = {n: engine.stages[n].attrs(c)["Id"] for n, c in engine.workers.items()}
+        worker = engine.stages["w1"]
+        worker.client.containers.get(engine.worker).stop(timeout=5)
+
+        def looks() -> int:
+            return int(json.loads(engine.cli("status", "--json").stdout)["daemon"]["looks"])
+
+        start = looks()
+        deadline = time.monotonic() + 60
+        while looks() < start + 8:  # 8 looks of the daemon, each with a look at every node
+            assert time.monotonic() < deadline and daemon.alive(), daemon.said()[-3000:]
+            time.sleep(0.5)
+        assert worker.status(engine.worker) == "exited" and not has_runs(engine)
+        cluster = engine.cli("cluster", "status")
+        assert cluster.returncode == 1, cluster.stdout
+        assert "cluster: stopped: stopped by hand: " in cluster.stdout, cluster.stdout
+        status = engine.cli("status")
+        assert status.returncode != 0 and "stopped by hand" in status.stdout, status.stdout
+        problems = json.loads(engine.cli("status", "--json").stdout)["cluster"]["problems"]
+        assert f"stopped by hand (on w1: docker start {engine.worker})" in " ".join(problems)
+
+        worker.client.containers.get(engine.worker).start()
+        restarted_as_one(daemon, engine, ids)
+        assert "started again at" in daemon.said(), daemon.said()[-3000:]
+    finally:
+        if engine is not None:
+            finish(daemon, engine)
+        kit2.close()

@@ -985,7 +985,8 @@ def test_a_worker_stopped_by_hand_is_left_alone_and_named_with_what_ends_the_wai
     proof = Proof(SERVED, runs=((100.0, 200.0),), stop_window=25.0)
     by_hand = [ranked("head", "head", "T0"), stopped("w1", 300.0, 302.0)]
     verdict = judge(by_hand, "up", proof)
-    assert verdict.state == "stopped" and "stopped by hand: e-w1 on w1" in verdict.summary
+    assert verdict.state == "stopped", verdict
+    assert "stopped by hand: e-w1 on w1 (on w1: docker start e-w1), left alone" in verdict.summary
     assert verdict.state not in MENDED_BY_RESTART
     (problem,) = node_problems(by_hand, proof)
     assert problem == "w1: e-w1 is exited, stopped by hand (on w1: docker start e-w1)"

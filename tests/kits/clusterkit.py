@@ -276,12 +276,20 @@ class Engine:
         worker_voice: bool = False,
         head_voice: bool = False,
         head_args: tuple[str, ...] = (),
+        worker_args: tuple[str, ...] = (),
+        worker_policy: dict[str, Any] | None = None,
         **sections: dict[str, Any],
     ) -> None:
         """``worker_image``: the worker's rank from another image (a node that pulled another
-        tag); ``worker_voice``, ``head_voice``: a voice container there; ``head_args``: more
-        stand-in flags for the head's rank (``--boot-delay``); ``sections``: config."""
-        self.head_args = head_args
+        tag); ``worker_voice``, ``head_voice``: a voice container there; ``head_args``,
+        ``worker_args``: more stand-in flags for the head's rank (``--boot-delay``) or the
+        workers'; ``worker_policy``: Docker's restart policy on the workers' ranks;
+        ``sections``: config."""
+        self.head_args, self.worker_args, self.worker_policy = (
+            head_args,
+            worker_args,
+            worker_policy,
+        )
         self.kit = kit
         self.metrics_listen = str(sections.get("metrics", {}).get("listen", ""))
         self.port, self.master_port = free_port(), free_port()
@@ -344,7 +352,12 @@ class Engine:
                 *("--node-rank", str(number), "--headless", "--master-addr", self.kit.head.address),
             ]
             self.workers[node.name], _ = self.stages[node.name].llm(
-                f"rank{number}", *worker_args, network_mode="host", image=worker_image
+                f"rank{number}",
+                *worker_args,
+                *self.worker_args,
+                network_mode="host",
+                image=worker_image,
+                **({"restart_policy": self.worker_policy} if self.worker_policy else {}),
             )
         head, _ = self.stages["head"].llm(
             "rank0", *rank, "--node-rank", "0", *self.head_args, port=self.port, network_mode="host"

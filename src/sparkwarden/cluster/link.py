@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from pathlib import Path
 from typing import Any, Protocol
 
 from sparkwarden.base.errors import SparkwardenError
@@ -114,9 +115,9 @@ class SshLink:
 
     def __init__(self, cluster: ClusterConfig) -> None:
         self.cluster = cluster
+        sweep(cluster)
         # private (0700), named for this process: what a killed one leaves can be told apart
         self._dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-")
-        self._control = os.path.join(self._dir, "%C")
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:
         if not node.ssh:
@@ -138,21 +139,55 @@ class SshLink:
             raise NodeFailed(node.name, f"{argv[0]} is not installed on the head") from None
         return interpret(node.name, proc.returncode, proc.stdout, proc.stderr, via_ssh=True)
 
+    @property
+    def _control(self) -> str:
+        return control_path(self._dir)
+
     def close(self) -> None:
         """End the shared connections (``ssh -O exit``) and their folder."""
-        for node in self.cluster.nodes:
-            if node.ssh:
-                argv = ["ssh", "-o", f"ControlPath={self._control}", "-O", "exit"]
-                if self.cluster.ssh_config is not None:
-                    argv += ["-F", str(self.cluster.ssh_config)]
-                subprocess.run(
-                    [*argv, "--", node.ssh],
-                    capture_output=True,
-                    timeout=30,
-                    check=False,
-                    start_new_session=True,
-                )
-        shutil.rmtree(self._dir, ignore_errors=True)
+        end_masters(self.cluster, self._dir)
+
+
+def control_path(folder: str) -> str:
+    return os.path.join(folder, "%C")
+
+
+def end_masters(cluster: ClusterConfig, folder: str) -> None:
+    """End the shared connections kept in ``folder`` (``ssh -O exit``), then the folder."""
+    for node in cluster.nodes:
+        if node.ssh:
+            argv = ["ssh", "-o", f"ControlPath={control_path(folder)}", "-O", "exit"]
+            if cluster.ssh_config is not None:
+                argv += ["-F", str(cluster.ssh_config)]
+            subprocess.run(
+                [*argv, "--", node.ssh],
+                capture_output=True,
+                timeout=30,
+                check=False,
+                start_new_session=True,
+            )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep(cluster: ClusterConfig) -> list[str]:
+    """The shared connections and folders a link killed with its process left (``kill -9`` of
+    a ``cluster restart``: its masters linger for ControlPersist, its folder for good), ended
+    by the next link made: a folder named for a process that is gone. Returns them."""
+    swept = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{CONTROL_PREFIX}*-*"):
+        pid = folder.name.removeprefix(CONTROL_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its process lives: its link may be in use
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        end_masters(cluster, str(folder))
+        swept.append(str(folder))
+    return swept
 
 
 def run_launcher(command: str, timeout: float) -> dict[str, Any]:

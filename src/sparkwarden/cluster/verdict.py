@@ -171,12 +171,14 @@ def judge(views: list[NodeView], head_health: str | None, proof: Proof | None = 
     by_hand = {v.name: stopped_by_hand(v, proof) for v in workers if v.name in dead_workers}
     if any(by_hand.values()):
         named = "; ".join(
-            f"{', '.join(names)} on {node}" for node, names in by_hand.items() if names
+            f"{name} on {node} (on {node}: docker start {name})"
+            for node, names in by_hand.items()
+            for name in names
         )
         return Verdict(
             "stopped",
-            f"stopped by hand: {named}; left alone (start it again and the cluster is restarted "
-            "as one, its new rank cannot join the running head; or: sparkwarden cluster restart)",
+            f"stopped by hand: {named}, left alone; once started again the cluster is restarted "
+            "as one (a new rank cannot join the running head), or: sparkwarden cluster restart",
             lines,
         )
     if dead_workers and head.reachable and head.engine_up:

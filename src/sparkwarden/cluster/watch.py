@@ -72,3 +72,10 @@ def after_run(watch: Watch) -> Watch:
     """A run ended: the dead ranks seen before it say nothing of the cluster it left (who did
     not answer is kept: it is said again only when it changes)."""
     return replace(watch, streak=0)
+
+
+def stopped_by_hand(watch: Watch) -> str | None:
+    """What an operator stopped on a worker, as the last look saw it: no automatic restart may
+    start it again (every one would, the cluster restarting as one), whatever asks for it."""
+    last = watch.last
+    return last.verdict.summary if last is not None and last.verdict.state == "stopped" else None

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import GaveUp
 from sparkwarden.daemon.decide import Decision, Mind, on_scrape
@@ -69,6 +70,8 @@ def _admit(
         refuse = "reboot required: memory leaks across restarts ('sparkwarden reset' after it)"
     elif facts.operator_stopped:
         refuse = f"{facts.operator_stopped.name} was stopped by hand"
+    elif stopped := cluster_watch.stopped_by_hand(mind.cluster):
+        refuse = stopped
     dropped = replace(mind, pending=None)
     if pending.reason == "schedule" and (why := fresh(active, t, cfg)):
         return dropped, [*intents, Say("info", "schedule_skipped", {"why": why})], "dropped"

@@ -85,7 +85,9 @@ class Daemon:
         self.exporter: Any = None
         #: a cluster's head looks at every node (SSH) off the loop; None on a lone host
         self.cluster_looks = (
-            ClusterLooks(config, self.queue.put, lambda: self.hands.step is not None)
+            # no look while a run goes, this daemon's or a typed one's: it would see the run's
+            # own stops, want a restart and be refused by the lock, look after look
+            ClusterLooks(config, self.queue.put, lambda: self._busy() is not None)
             if config.cluster is not None
             else None
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.beliefs import Identity
 from sparkwarden.daemon.decide import Decision, Mind, Waiting, want
@@ -169,6 +170,11 @@ def _backoff(b: Recorded, now: float, cfg: Config, name: str) -> Waiting | None:
 def apply(mind: Mind, verdict: Verdict, t: float) -> Decision:
     """Fold a verdict into what the daemon believes: a wanted restart becomes pending (the gates
     still let it through), and what it waits for is said once, when it changes."""
+    stopped = cluster_watch.stopped_by_hand(mind.cluster)
+    if verdict.want is not None and stopped is not None:  # a cluster's rank the operator's
+        verdict = replace(
+            verdict, want=None, waiting=Waiting(stopped, "docker start (on its node)")
+        )
     intents = list(verdict.intents)
     for adopt in [i for i in intents if isinstance(i, Adopt)]:
         mind = replace(mind, health=triggers.HealthState())  # nothing it said is known yet

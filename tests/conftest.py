@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,10 +86,12 @@ def make_daemon_config(make_config: Any, tmp_path: Path) -> Any:
     return make
 
 
-#: Module-wide fixtures too costly to make once per parallel worker (a booted systemd, simulated
-#: nodes, LiteLLM and Nginx, a private dockerd): scripts/test's `--dist loadgroup` sends every
-#: test of a module that uses one of them to one worker, which makes it once.
-SHARED = ("box", "kit", "gateway", "private_docker")
+#: Module-wide fixtures too costly to make once per parallel worker, or whose tests build on each
+#: other (a booted systemd, LiteLLM and Nginx, a private dockerd): scripts/test's `--dist
+#: loadgroup` sends every test of a module that uses one of them to one worker, which makes it
+#: once. The simulated nodes (``kit``) are not: a worker brings its own up in seconds, and
+#: their tests, a minute each, would be the suite's longest chain on one worker.
+SHARED = ("box", "gateway", "private_docker")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -116,3 +119,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if made and made[-1].scope == "module":
                 item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
                 break
+
+
+# --- where the suite's CPU goes -------------------------------------------------------------------
+# The CI machine has two cores and the parallel phase keeps both busy: the suite's time is its CPU.
+# Each test's CPU (its worker's and every process it started and reaped: CLI calls, daemons; not
+# what runs in containers) is carried on its report, and the 30 costliest are listed at the end.
+
+CPU = "cpu_s"
+_spent: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_began] = _cpu_now()
+
+
+_began = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    if call.when == "teardown" and _began in item.stash:
+        report = outcome.get_result()
+        report.user_properties.append((CPU, round(_cpu_now() - item.stash[_began], 2)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for key, value in report.user_properties:
+        if key == CPU:
+            _spent[report.nodeid] = float(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if len(_spent) <= 30:  # a run of a few tests: their durations say as much
+        return
+    terminalreporter.section(
+        f"the 30 tests that took the most CPU ({sum(_spent.values()):.0f} s in all; a test's "
+        "worker and what it started, not its containers)"
+    )
+    for nodeid, seconds in sorted(_spent.items(), key=lambda kv: -kv[1])[:30]:
+        terminalreporter.write_line(f"{seconds:7.1f}s  {nodeid}")

@@ -97,7 +97,7 @@ class HeadDaemon:
         deadline = time.monotonic() + timeout
         while not (runs := json.loads(self.engine.cli("history", "--json").stdout))[0]["ended_at"]:
             assert time.monotonic() < deadline and self.alive(), self.said()[-3000:]
-            time.sleep(0.3)
+            time.sleep(1.0)  # each read is a Python of its own on the head
         return list(runs)
 
     def stop(self) -> str:

@@ -3,10 +3,13 @@ fake link (the real one over SSH: test_cluster_docker.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -17,8 +20,10 @@ from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
 from sparkwarden.cluster.link import (
+    CONTROL_PREFIX,
     NodeFailed,
     NodeUnreachable,
+    SshLink,
     interpret,
     node_argv,
     run_launcher,
@@ -1013,3 +1018,22 @@ def test_doctor_names_a_restart_policy_on_a_nodes_engine() -> None:
 
 def fixes(findings: list[Any]) -> list[tuple[str, str, str]]:
     return [(f.severity, f.message, f.fix) for f in findings]
+
+
+def test_what_a_killed_link_left_is_ended_by_the_next_link(tmp_path: Path) -> None:
+    """``kill -9`` of a ``cluster restart`` leaves its ssh masters and their private folder;
+    the next link the head makes (a run, a look, status) ends them. A living process's stays."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no process has now
+    left = Path(tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{gone.pid}-"))
+    (left / "a1b2c3").touch()  # where a master's socket was
+    alive = Path(tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-"))
+    config = make_config(tmp_path, ssh_config=str(tmp_path / "no-such-ssh-config"))
+    assert config.cluster is not None
+    try:
+        link = SshLink(config.cluster)
+        link.close()
+        assert not left.exists() and alive.exists()
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)

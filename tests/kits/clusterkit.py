@@ -384,7 +384,7 @@ class Engine:
             if state["state"] == "serving" and state["head_health"] == "up":
                 return state
             assert time.monotonic() < deadline, state
-            time.sleep(0.3)
+            time.sleep(1.0)  # each look is a Python on the head and on every node, over SSH
 
     def started_at(self, node: str, name: str) -> str:
         return str(self.stages[node].attrs(name)["State"]["StartedAt"])

@@ -891,6 +891,7 @@ def test_runs_dated_in_the_future_do_not_stop_reset_from_clearing_gave_up(
 FUZZ_RUNS = 24
 
 
+@pytest.mark.timeout(900)  # 24 attempts, each a whole kill, repair and check
 def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
     stage: Stage, make_daemon_config: Any, tmp_path: Path
 ) -> None:

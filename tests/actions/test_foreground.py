@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from typing import Any
 
 from sparkwarden.actions.foreground import HELD, uncut
+from sparkwarden.cli import EXIT_READER_GONE
 
 
 def test_the_terminal_s_signals_are_held_and_said_then_given_back() -> None:
@@ -29,3 +33,25 @@ def test_a_sighup_nohup_ignored_stays_ignored() -> None:
         assert came == []
     finally:
         signal.signal(signal.SIGHUP, was)
+
+
+def test_a_reader_that_quit_ends_any_command_quietly(make_config: Any) -> None:
+    """``sparkwarden cluster status | head -1`` once ended in a BrokenPipeError traceback: every
+    command whose output's reader is gone ends quietly, as a filter does (exit 141)."""
+    config = make_config(["a"], 1)
+    for command in (["status"], ["history"], ["check-config"], ["status", "--json"]):
+        reader, writer = os.pipe()
+        os.close(reader)  # the reader quit before the first line
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "sparkwarden", "--config", str(config), *command],
+                stdout=writer,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(writer)
+        assert done.returncode == EXIT_READER_GONE, (command, done.returncode, done.stderr)
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -755,6 +755,12 @@ def test_an_operators_docker_restart_of_a_worker_restarts_the_cluster_as_one(
         engine.stages["w1"].client.containers.get(engine.worker).restart(timeout=5)
         restarted_as_one(daemon, engine, ids)
         assert "started again at" in daemon.said(), daemon.said()[-3000:]
+        # an operator's cluster restart typed meanwhile: the daemon never wants its own over it
+        triggers = daemon.said().count('"event": "trigger"')
+        typed = engine.cli("cluster", "restart")
+        assert typed.returncode == 0, typed.stdout + typed.stderr
+        engine.wait_serving(timeout=60)
+        assert daemon.said().count('"event": "trigger"') == triggers, daemon.said()[-3000:]
     finally:
         if engine is not None:
             finish(daemon, engine)

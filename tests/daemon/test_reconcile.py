@@ -334,3 +334,13 @@ def test_an_event_in_a_runs_window_is_not_an_operators_stop() -> None:
     mind, said = decide.on_event(Mind(), kill, CFG)
     _, said = decide.on_event(mind, die, CFG)
     assert do.NoteOperatorStop(OperatorStop("vllm", "A", T + 8)) in said
+
+
+def test_a_run_another_process_holds_the_lock_for_is_waited_for_never_restarted_over() -> None:
+    """A ``cluster restart`` typed while the daemon runs stops the head's engine: its own stop,
+    not a crash to want (each want was refused by the lock, look after look, in the log)."""
+    busy = World((box("exited"),), running="reason cluster:manual, pid 4242")
+    verdict = reconcile(beliefs(), busy, T, CFG)
+    assert verdict.want is None and verdict.waiting is not None
+    assert "the run under way to end (reason cluster:manual, pid 4242)" in verdict.waiting.what
+    assert wanted(reconcile(beliefs(), World((box("exited"),)), T, CFG)) == ("crash", "A")

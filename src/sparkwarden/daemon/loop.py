@@ -264,7 +264,11 @@ class Daemon:
         engine's slow HTTP reads."""
         engine = self.facts.engine
         self.seen = self.observer.look(t, engine.name if engine else self.facts.last_container)
-        world = reconcile.World(self.seen.states, self.seen.error if self.seen.unreadable else "")
+        world = reconcile.World(
+            self.seen.states,
+            self.seen.error if self.seen.unreadable else "",
+            self.hands.run_lock.held_by_other() or "",
+        )
         verdict = reconcile.reconcile(self.facts, world, t, self.config)
         self._decide(reconcile.apply(self.mind, verdict, t))
         self._decide(decide.on_look(self.mind, self.seen, self.config))

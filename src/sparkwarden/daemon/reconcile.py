@@ -35,6 +35,9 @@ class World:
 
     states: tuple[ContainerState, ...]
     error: str = ""
+    #: a run another process holds the run lock for (a typed ``cluster restart``): the stops
+    #: it makes are its own, and nothing is wanted over it
+    running: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
     """Compare the engine sparkwarden believes serves (``b.engine``) with the candidates now."""
     if world.error:
         return Verdict(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
+    if world.running:
+        return Verdict(waiting=Waiting(f"the run under way to end ({world.running})", "-"))
     up = [s for s in world.states if s.up]
     if len(up) > 1:
         names = ", ".join(s.name for s in up)

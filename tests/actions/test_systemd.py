@@ -27,7 +27,7 @@ import docker.errors
 import pytest
 import tomli_w
 
-from devtools.standin.stage import Stage, free_port, wait_healthy
+from devtools.standin.stage import Stage, free_port, host_lock, wait_healthy
 from sparkwarden.actions.install import README_INSTALL
 from tests.actions.test_operator_tools import Receiver
 from tests.kits.commands import ROOT, docs_text, too_wide
@@ -75,9 +75,16 @@ OFFLINE = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/wheels"}
 
 
 def build_rootfs() -> Path:
-    """debootstrap once per machine (about a minute); later runs reuse it."""
+    """debootstrap once per machine (about a minute); later runs reuse it. Under a lock: a test
+    on another worker may need it at the same moment (a cold cache saw two build it)."""
+    with host_lock("systemd-rootfs"):
+        return debootstrap()
+
+
+def debootstrap() -> Path:
     if (ROOTFS / "lib/systemd/systemd").exists():
         return ROOTFS
+    shutil.rmtree(ROOTFS, ignore_errors=True)  # one a killed run left half-made
     partial = CACHE / f"partial-{uuid.uuid4().hex[:6]}"
     CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -105,6 +112,11 @@ def rootfs() -> Path:
 
 @pytest.fixture(scope="module")
 def image(docker_client: docker.DockerClient, rootfs: Path) -> str:
+    with host_lock("systemd-image"):
+        return import_rootfs(docker_client, rootfs)
+
+
+def import_rootfs(docker_client: docker.DockerClient, rootfs: Path) -> str:
     try:
         docker_client.images.get(IMAGE)
         return IMAGE
@@ -135,6 +147,11 @@ def ssh_image(docker_client: docker.DockerClient, image: str) -> str:
     """IMAGE plus OpenSSH, built once per base image and recipe (about a minute)."""
     base = docker_client.images.get(image).id
     tag = f"sparkwarden-systemd-ssh:{hashlib.sha256((base + SSH_BUILD).encode()).hexdigest()[:12]}"
+    with host_lock("systemd-ssh-image"):
+        return add_ssh(docker_client, image, tag)
+
+
+def add_ssh(docker_client: docker.DockerClient, image: str, tag: str) -> str:
     try:
         docker_client.images.get(tag)
         return tag
@@ -158,6 +175,18 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built from this checkout every time, the others once per machine for each pyproject.toml."""
     project = (ROOT / "pyproject.toml").read_text()
     needs = CACHE / f"wheels-{inputs_key(project, *BUILD)}"
+    with host_lock("systemd-wheels"):
+        wheel_needs(needs)
+    out = tmp_path_factory.mktemp("wheels")
+    pip_wheel(out, "--no-deps", str(ROOT))
+    for wheel in needs.glob("*.whl"):
+        shutil.copy(wheel, out)
+    out.chmod(0o755)
+    return out
+
+
+def wheel_needs(needs: Path) -> None:
+    """What sparkwarden needs as wheels, once per machine for each pyproject.toml."""
     if not (needs / ".complete").exists():
         partial = CACHE / f"partial-wheels-{uuid.uuid4().hex[:6]}"
         # setuptools and wheel too: README's install builds this checkout inside the box.
@@ -167,12 +196,6 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (partial / ".complete").touch()
         shutil.rmtree(needs, ignore_errors=True)
         partial.rename(needs)
-    out = tmp_path_factory.mktemp("wheels")
-    pip_wheel(out, "--no-deps", str(ROOT))
-    for wheel in needs.glob("*.whl"):
-        shutil.copy(wheel, out)
-    out.chmod(0o755)
-    return out
 
 
 def pip_wheel(into: Path, *args: str) -> None:

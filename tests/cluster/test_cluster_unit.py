@@ -29,16 +29,17 @@ from sparkwarden.cluster.link import (
     run_launcher,
 )
 from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
+from sparkwarden.actions import history
+from sparkwarden.cluster.looks import cluster_of
 from sparkwarden.cluster.sequence import (
-    STEPS,
     ClusterParts,
     Proving,
     booted_by,
     left_paused,
     restart_cluster,
     resume_left,
-    steps,
 )
+from sparkwarden.cluster.sequence import plan as cluster_plan
 from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import (
     NodeView,
@@ -49,9 +50,10 @@ from sparkwarden.cluster.verdict import (
     preflight_problems,
 )
 from sparkwarden.cluster.watch import MENDED_BY_RESTART, Look, Watch, observe
-from sparkwarden.config.schema import ClusterNode, Config, parse
+from sparkwarden.config.schema import ClusterNode, Config, GatewayConfig, parse
 from sparkwarden.restart.journal import Journal, RunRecord
-from sparkwarden.surfaces import status_text
+from sparkwarden.restart.step_names import CLUSTER_STEPS, RAY_STEPS, cluster_steps
+from sparkwarden.surfaces import exporter, status_text
 from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
 
 IMAGE = "sha256:" + "a" * 64
@@ -165,7 +167,7 @@ def test_healthy_run_stops_head_first_starts_workers_first(tmp_path: Path) -> No
     assert engine.chats == 1
     record = journal.run(outcome.run_id)
     assert record is not None and record.result == "ok"
-    assert [s.name for s in record.steps] == list(STEPS)
+    assert [s.name for s in record.steps] == list(CLUSTER_STEPS)
     drop = next(s for s in record.steps if s.name == "drop_caches")
     assert set(drop.detail["nodes"]) == {"head", "w1"}  # each node's figures
 
@@ -253,7 +255,12 @@ def test_unreachable_node_at_preflight_touches_nothing(tmp_path: Path) -> None:
     assert {verb for _, verb in link.calls} == {"inspect"}
     record = journal.run(outcome.run_id)
     assert record is not None
-    assert [s.result for s in record.steps][1:-1] == ["skipped"] * (len(STEPS) - 2)
+    results = {s.name: s.result for s in record.steps}
+    assert results == {
+        **dict.fromkeys(CLUSTER_STEPS, "skipped"),
+        "preflight": "failed",
+        "resume_voice": "ok",  # always: nothing to resume here
+    }
 
 
 def test_mismatched_images_refused(tmp_path: Path) -> None:
@@ -551,10 +558,10 @@ def test_doctor_reads_ray_commands_as_operators_write_them(
 
 
 def test_a_ray_cluster_starts_its_head_before_the_workers_that_join_it() -> None:
-    assert steps("native") == steps("launcher") == STEPS
-    ray = steps("ray")
-    assert ray.index("start_head") < ray.index("start_workers")
-    assert sorted(ray) == sorted(STEPS) and ray[-1] == "resume_voice"
+    assert cluster_steps("native") == cluster_steps("launcher") == CLUSTER_STEPS
+    ray = cluster_steps("ray")
+    assert ray == RAY_STEPS and ray.index("start_head") < ray.index("start_workers")
+    assert sorted(ray) == sorted(CLUSTER_STEPS) and ray[-2:] == ("resume_voice", "gateway_probe")
 
 
 def test_doctor_names_the_launcher_set_up() -> None:
@@ -1037,3 +1044,88 @@ def test_what_a_killed_link_left_is_ended_by_the_next_link(tmp_path: Path) -> No
     finally:
         shutil.rmtree(left, ignore_errors=True)
         shutil.rmtree(alive, ignore_errors=True)
+
+
+# --- one list of steps, one probe of the users' path (issue 34's drift) -------------------------
+
+
+def test_a_cluster_runs_own_steps_are_in_the_metrics(tmp_path: Path) -> None:
+    """``/metrics`` named a lone host's steps only: 7 of a cluster run's 12 were dropped."""
+    outcome, _, _ = run(tmp_path, FakeLink())
+    assert outcome.ok, outcome.error
+    last = history.as_json(make_config(tmp_path), 1)[0]
+    family = exporter.last_run_steps(last)
+    assert [s.labels["step"] for s in family.samples] == [s["name"] for s in last["steps"]]
+    assert [s["name"] for s in last["steps"]] == list(CLUSTER_STEPS)
+
+
+class FakeGateway(FakeEngine):
+    """The users' path: fails ``failing`` times (a cooldown), then answers."""
+
+    def __init__(self, failing: int = 0) -> None:
+        super().__init__()
+        self.failing = failing
+
+    def chat(self, model: str, timeout: float) -> ChatOutcome:
+        self.chats += 1
+        if self.chats <= self.failing:
+            return ChatOutcome(False, "HTTP 429: cooling down")
+        return ChatOutcome(True, "answered", "ready")
+
+
+def gateway_run(tmp_path: Path, gateway: FakeGateway) -> tuple[Any, Journal]:
+    config = make_config(tmp_path)
+    config = config.model_copy(
+        update={"gateway": GatewayConfig(url="http://127.0.0.1:4000/v1", model="users", timeout=5)}
+    )
+    journal = Journal(config.state.dir)
+    clock = iter(range(10_000))
+    parts = ClusterParts(
+        FakeLink(),
+        cast(VllmClient, FakeEngine()),
+        journal,
+        monotonic=lambda: float(next(clock)),
+        sleep=lambda _s: None,
+        gateway=cast(VllmClient, gateway),
+    )
+    return restart_cluster(config, "manual", parts), journal
+
+
+def test_a_cluster_run_proves_the_users_path_after_voice_is_back(tmp_path: Path) -> None:
+    """A cluster's head with a ``[gateway]`` never proved the users' path after its run."""
+    gateway = FakeGateway(failing=1)
+    outcome, journal = gateway_run(tmp_path, gateway)
+    assert outcome.ok, outcome.error
+    record = journal.run(outcome.run_id)
+    assert record is not None
+    assert [s.name for s in record.steps][-2:] == ["resume_voice", "gateway_probe"]
+    probe = record.steps[-1]
+    assert probe.result == "ok" and probe.detail["attempts"] == 2 and gateway.chats == 2
+
+
+def test_a_users_path_that_never_answers_fails_the_cluster_run_at_its_probe(
+    tmp_path: Path,
+) -> None:
+    outcome, journal = gateway_run(tmp_path, FakeGateway(failing=10_000))
+    assert not outcome.ok and outcome.failed_step == "gateway_probe", outcome
+    assert "the gateway http://127.0.0.1:4000 did not answer" in str(outcome.error)
+    record = journal.run(outcome.run_id)
+    assert record is not None and record.result == "failed"
+    resumed = next(s for s in record.steps if s.name == "resume_voice")
+    assert resumed.result == "ok"  # voice came back before the users' path was tried
+
+
+def test_dry_run_on_a_clusters_head_prints_the_clusters_plan(tmp_path: Path) -> None:
+    """``restart --dry-run`` on a head printed a lone host's 9 steps; ``restart`` there runs the
+    cluster's."""
+    config = make_config(tmp_path)
+    link, nodes = FakeLink(), cluster_of(config).nodes
+    views = [
+        NodeView(n.name, "worker" if i else "head", link.call(n, "inspect", Params(n.engine), 1))
+        for i, n in enumerate(nodes)
+    ]
+    plan = cluster_plan(config, views)
+    assert [name for name, _ in plan] == list(CLUSTER_STEPS)
+    said = dict(plan)
+    assert "w1" in said["stop_workers"] and "vllm-head" in said["start_head"]
+    assert said["gateway_probe"] == "nothing: no [gateway] configured"

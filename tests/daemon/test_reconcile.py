@@ -9,7 +9,7 @@ import pytest
 
 from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.base.containers import ContainerState
-from sparkwarden.daemon import decide
+from sparkwarden.daemon import decide, gates
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import GaveUp, Hold, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.decide import Mind, Pending
@@ -344,3 +344,13 @@ def test_a_run_another_process_holds_the_lock_for_is_waited_for_never_restarted_
     assert verdict.want is None and verdict.waiting is not None
     assert "the run under way to end (reason cluster:manual, pid 4242)" in verdict.waiting.what
     assert wanted(reconcile(beliefs(), World((box("exited"),)), T, CFG)) == ("crash", "A")
+
+
+def test_the_restart_reconcile_wants_reaches_the_run_with_its_target() -> None:
+    """The ID reconcile wants restarted is the only container the run may touch: the gates
+    dropped it, so a container replaced between the decision and the act was restarted."""
+    verdict = reconcile(beliefs(), World((box("exited"),)), T, CFG)
+    mind, _ = apply(Mind(), verdict, T)
+    _, intents = gates.gate(mind, replace(beliefs(), read_at=T), None, None, T, CFG)
+    (restart,) = [i for i in intents if isinstance(i, do.Restart)]
+    assert restart == do.Restart("crash", restart.why, target="A")

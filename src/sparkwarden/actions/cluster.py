@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from typing import TYPE_CHECKING
 
 from sparkwarden.actions.foreground import say, uncut
 from sparkwarden.base.errors import LockBusy, SparkwardenError
@@ -15,9 +14,6 @@ from sparkwarden.cluster.verdict import as_json as cluster_json
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm.client import Health, VllmClient
 
-if TYPE_CHECKING:
-    from sparkwarden.cluster.sequence import StepLine
-
 
 def restart(config: Config, reason: str) -> int:
     """The whole cluster as one unit, under the head's one run lock (the same lock as a
@@ -25,6 +21,7 @@ def restart(config: Config, reason: str) -> int:
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
     # the restart's own machinery, imported only here: status and preflight stay light
+    from sparkwarden.actions.run_lines import print_step
     from sparkwarden.base import faults
     from sparkwarden.cluster.link import SshLink
     from sparkwarden.cluster.sequence import ClusterParts, left_paused, restart_cluster
@@ -43,6 +40,9 @@ def restart(config: Config, reason: str) -> int:
         VllmClient(config.llm.base_url, config.llm.api_key()),
         Journal(config.state.dir),
         after_action=faults.stall_after_action(),
+        gateway=VllmClient(config.gateway.url, config.gateway.api_key())
+        if config.gateway
+        else None,
     )
     try:
         # A cluster run cut short (sparkwarden killed on the head): closed as interrupted, and
@@ -53,10 +53,12 @@ def restart(config: Config, reason: str) -> int:
                 note = f"sparkwarden (pid {record.pid}) stopped during this cluster run"
                 parts.journal.mark_interrupted(record.id, note)
         with uncut("the cluster restart"):
-            outcome = restart_cluster(config, reason, parts, observer=_print_step, adopt=adopt)
+            outcome = restart_cluster(config, reason, parts, observer=print_step, adopt=adopt)
     finally:
         link.close()
         parts.vllm.close()
+        if parts.gateway is not None:
+            parts.gateway.close()
         parts.journal.close()
         lock.release()
     if outcome.ok:
@@ -67,11 +69,22 @@ def restart(config: Config, reason: str) -> int:
     return 1
 
 
-def _print_step(line: StepLine) -> None:
-    from sparkwarden.cluster.sequence import STEPS  # imported by the restart printing this
+def dry_run(config: Config, reason: str) -> int:
+    """``restart --dry-run`` on a cluster's head: the cluster's plan, from a look at every node
+    (the restart there is the cluster's, never one rank's)."""
+    from sparkwarden.actions.run_lines import print_plan, record_dry_run
+    from sparkwarden.cluster.sequence import plan
+    from sparkwarden.restart.journal import Journal
 
-    head = f"[{line.index:2}/{len(STEPS)}] {line.name:<16} {line.result:<7} {line.seconds:6.1f}s"
-    say(f"{head}  {line.summary}")  # a terminal gone never fails a step
+    steps = plan(config, look(config))
+    journal = Journal(config.state.dir)
+    try:
+        record_dry_run(journal, reason)
+    finally:
+        journal.close()
+    title = "sparkwarden restart --dry-run: nothing will be touched. The cluster's plan:"
+    print_plan(title, steps)
+    return 0
 
 
 def status(config: Config, as_json: bool) -> int:

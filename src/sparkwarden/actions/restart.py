@@ -11,42 +11,25 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from sparkwarden.actions.foreground import say, uncut
-from sparkwarden.base.columns import fit_all
+from sparkwarden.actions.run_lines import print_plan, print_step, record_dry_run, verdict_line
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.config.secrets import require_secrets
 from sparkwarden.restart import sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, StepEvent
-from sparkwarden.restart.step_names import NAME_WIDTH, STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.surfaces import control, control_schema
-
-#: Where a step line's continuation starts: under the step's words ("[6/9] wait_health   ").
-_UNDER = " " * (len(f"[{len(STEPS)}/{len(STEPS)}] ") + NAME_WIDTH)
-
-
-def _say(line: str, indent: str = _UNDER, file: TextIO | None = None) -> None:
-    """One line, wrapped within 100 columns (an SSH terminal), never cut."""
-    say(fit_all([line], indent=indent), file)
-
-
-def _line(event: StepEvent) -> str:
-    head = f"[{event.index}/{event.total}] {event.name:<{NAME_WIDTH}}"
-    return f"{head}{event.result:<8}{event.duration_s:6.1f}s  {event.summary}"
-
-
-def _print_step(event: StepEvent) -> None:
-    if event.phase == "begin":
-        if event.summary:  # progress during a long wait
-            _say(f"[{event.index}/{event.total}] {event.name:<{NAME_WIDTH}}...     {event.summary}")
-        return
-    _say(_line(event))
 
 
 def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
+    if dry_run and config.cluster is not None:  # a cluster's head: the cluster's plan
+        from sparkwarden.actions import cluster
+
+        return cluster.dry_run(config, reason)
     if not dry_run:
         try:
             return _through_daemon(config, reason)
@@ -68,7 +51,7 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
             def observe(event: StepEvent) -> None:
                 if event.phase == "begin" and event.index == 1:
                     lock.set_run(event.run_id, reason)
-                _print_step(event)  # a terminal gone never fails a step: see say()
+                print_step(event)
 
             by = control.Peer(os.getpid(), os.getuid(), os.getgid()).who()
             why = f"run by {by} in the foreground (no daemon)"
@@ -96,9 +79,9 @@ def _through_daemon(config: Config, reason: str) -> int:
         return _follow(run_id, answers)
     except KeyboardInterrupt:  # only this view ends: the daemon's run goes on
         if first is not None and first.get("ok"):
-            _say(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'", "    ")
+            verdict_line(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'")
         else:
-            _say("the daemon may have taken the restart: see 'sparkwarden history'", "    ")
+            verdict_line("the daemon may have taken the restart: see 'sparkwarden history'")
         return 130
 
 
@@ -111,7 +94,7 @@ def _follow(run_id: int, answers: Iterator[dict[str, Any]]) -> int:
                 for k in ("phase", "name", "index", "run_id", "result", "summary", "duration_s")
             }
             fields["total"] = answer.get("total", len(STEPS))  # an older daemon: a host's run
-            _print_step(StepEvent(**fields))
+            print_step(StepEvent(**fields))
         elif answer.get("event") == "done":
             return _verdict(
                 run_id, bool(answer["ok"]), answer.get("container"), answer.get("error")
@@ -121,17 +104,14 @@ def _follow(run_id: int, answers: Iterator[dict[str, Any]]) -> int:
 
 def _verdict(run_id: int, ok: bool, container: str | None, error: str | None) -> int:
     if ok:
-        _say(f"run #{run_id} ok: {container} answered a chat request", "    ")
+        verdict_line(f"run #{run_id} ok: {container} answered a chat request")
         return 0
-    _say(f"run #{run_id} FAILED: {error}", "    ", sys.stderr)
+    verdict_line(f"run #{run_id} FAILED: {error}", sys.stderr)
     return 1
 
 
 def _dry_run(config: Config, parts: Parts, reason: str) -> int:
     steps = sequence.plan(config, parts)
-    run_id = parts.journal.begin_run(reason, result="dry-run")
-    parts.journal.end_run(run_id, "dry-run")
-    print("sparkwarden restart --dry-run: nothing will be touched. The plan:")
-    for index, (name, what) in enumerate(steps, start=1):
-        _say(f"[{index}/{len(STEPS)}] {name:<{NAME_WIDTH}}{what}")
+    record_dry_run(parts.journal, reason)
+    print_plan("sparkwarden restart --dry-run: nothing will be touched. The plan:", steps)
     return 0

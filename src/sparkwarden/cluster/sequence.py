@@ -22,8 +22,11 @@ node's figures:
 11. ``workers_running`` every worker's engine container still running (a rank that died at
                        start would leave the head healthy and hung)
 12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
+13. ``gateway_probe``  the same request through the users' gateway, when one is configured (as
+                       for a lone host: :func:`sparkwarden.restart.probes.prove_gateway`)
 
-A Ray cluster starts the other way round (:data:`RAY_STEPS`): the head's container first, whose
+The names and their order are :mod:`sparkwarden.restart.step_names`'s, the one list.
+A Ray cluster starts the other way round (``RAY_STEPS``): the head's container first, whose
 ``ray start --head`` is the cluster's GCS, then the workers', whose ``ray start --address`` joins
 it; the engine in the head's container waits for a node per rank (vLLM's placement group, up to
 its 30 min ``PG_WAIT_TIMEOUT``). A worker's raylet never joins a new head, so there too every
@@ -50,35 +53,14 @@ from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
 from sparkwarden.restart.journal import Journal, RunRecord
-from sparkwarden.restart.probes import prove_chat
+from sparkwarden.restart.parts import Observer
+from sparkwarden.restart.probes import Loading, Waits, prove_chat, prove_gateway, wait_healthy
+from sparkwarden.restart.recorder import Done, Recorder, failure
+from sparkwarden.restart.sequence import proving_plan
+from sparkwarden.restart.step_names import cluster_steps
 from sparkwarden.vllm.client import VllmClient
 
-STEPS: Final = (
-    "preflight",
-    "pause_voice",
-    "stop_head",
-    "stop_workers",
-    "confirm_stopped",
-    "drop_caches",
-    "start_workers",
-    "start_head",
-    "wait_health",
-    "chat_probe",
-    "workers_running",
-    "resume_voice",
-)
-
-#: Ray: the head (the GCS) is started before the workers that join it.
-RAY_STEPS: Final = tuple(
-    {"start_workers": "start_head", "start_head": "start_workers"}.get(name, name) for name in STEPS
-)
-
 log = logs.get("sparkwarden.cluster")
-
-
-def steps(setup: str) -> tuple[str, ...]:
-    """The order a cluster of this set-up is restarted in."""
-    return RAY_STEPS if setup == "ray" else STEPS
 
 
 @dataclass
@@ -96,6 +78,8 @@ class ClusterParts:
     after_action: Callable[[str], None] = lambda _name: None
     #: True when sparkwarden must stop: the wait for the head's boot ends (voice resumed).
     should_abort: Callable[[], bool] = lambda: False
+    #: The users' path (``[gateway]``): proven once the head answers and voice is back.
+    gateway: VllmClient | None = None
 
 
 #: What a cluster run writes in its plan about its stops and starts, before or as it acts; a run
@@ -119,18 +103,6 @@ class Proving:
 
 
 @dataclass(frozen=True)
-class StepLine:
-    """What the CLI prints of a finished step."""
-
-    name: str
-    index: int
-    result: str
-    summary: str
-    seconds: float
-    run_id: int = 0
-
-
-@dataclass(frozen=True)
 class ClusterOutcome:
     run_id: int
     ok: bool
@@ -142,6 +114,55 @@ class ClusterOutcome:
     nodes: tuple[str, ...] = ()
     #: the ID of the head's engine container the preflight found (its retry is owed to it)
     head_id: str | None = None
+
+
+def plan(config: Config, views: list[NodeView]) -> list[tuple[str, str]]:
+    """What :func:`restart_cluster` would do now, step by step, from each node's answer to a
+    look (``views``: :func:`sparkwarden.cluster.looks.inspect_all`), touching nothing."""
+    cluster, llm, mem = cluster_of(config), config.llm, config.memory
+    head, workers = cluster.nodes[0], cluster.nodes[1:]
+    problems = preflight_problems(views, cluster.containers_launched)
+    available = ", ".join(
+        f"{v.name} {v.answer['memory']['available_gib']:.1f} GiB" for v in views if v.answer
+    )
+    ids = {v.name: {e.get("name"): str(e.get("id"))[:12] for e in v.engines} for v in views}
+
+    def engines(nodes: list[ClusterNode]) -> str:
+        return "; ".join(
+            f"{n.name}: "
+            + ", ".join(f"{e} (id {ids.get(n.name, {}).get(e, '?')})" for e in n.engine)
+            for n in nodes
+        )
+
+    def voice(verb: str) -> str:
+        said = [f"{n.name}: {', '.join(n.voice)}" for n in cluster.nodes if n.voice]
+        return f"{verb} " + "; ".join(said) if said else "nothing (no voice configured)"
+
+    starts = {
+        "start_workers": f"docker start on every worker, in parallel: {engines(workers)}",
+        "start_head": f"docker start on the head: {engines([head])}",
+    }
+    if cluster.containers_launched:
+        starts = {
+            "start_workers": f"the launcher: {cluster.launcher}",
+            "start_head": "every node's engine containers run (the launcher's)",
+        }
+    said = {
+        "preflight": "every node answers over SSH with its engine's image: "
+        + ("; ".join(problems) if problems else f"ok now on {len(views)} nodes"),
+        "pause_voice": voice("pause"),
+        "stop_head": f"docker stop with a {llm.stop_timeout:g}s timeout: {engines([head])}",
+        "stop_workers": f"docker stop on every worker, in parallel: {engines(workers)}",
+        "confirm_stopped": f"no engine container up on any of {len(cluster.nodes)} nodes",
+        "drop_caches": f"sync + drop caches on every node until each has >= "
+        f"{mem.start_min_available_gib:g} GiB available (now {available or 'unknown'}), for "
+        f"up to {mem.start_wait:g}s",
+        **starts,
+        "workers_running": "every worker's engine container still running",
+        "resume_voice": voice("resume"),
+        **proving_plan(config),
+    }
+    return [(name, said[name]) for name in cluster_steps(cluster.setup)]
 
 
 def left_paused(runs: list[RunRecord]) -> dict[str, list[str]]:
@@ -202,7 +223,7 @@ def restart_cluster(
     config: Config,
     reason: str,
     parts: ClusterParts,
-    observer: Callable[[StepLine], None] | None = None,
+    observer: Observer | None = None,
     adopt: dict[str, list[str]] | None = None,
     prove: Proving | None = None,
 ) -> ClusterOutcome:
@@ -213,8 +234,7 @@ def restart_cluster(
 
     Raises :class:`HandedOver` when sparkwarden is stopping while the started cluster loads:
     the run is left open, voice still paused, for the next sparkwarden to prove and end."""
-    run = _ClusterRun(config, parts, observer or (lambda _line: None))
-    run.id = parts.journal.begin_run(reason)
+    run = _ClusterRun(config, parts, parts.journal.begin_run(reason), observer)
     run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
     parts.journal.remember(
         run.id,
@@ -252,23 +272,27 @@ def restart_cluster(
         parts.journal.remember(run.id, handed_over=time.time())
         log.warning("cluster_run_handed_over", run=run.id, reason=reason, why=str(exc))
         raise
-    except StepFailed as exc:
-        error, failed = scrub(str(exc)), exc.step
-        nodes = {*nodes, *dict(exc.detail.get("failed") or {})}
-    except SparkwardenError as exc:
-        error = scrub(str(exc))
-    except Exception as exc:  # a bug must still end with voice resumed and the run recorded
-        log.exception("cluster_run_internal_error", run=run.id)
-        error = f"internal error: {type(exc).__name__}: {scrub(str(exc))}"
+    except Exception as exc:  # a step's failure, a bug: voice still resumed, the run recorded
+        error, failed = failure(exc, run.id)
+        if isinstance(exc, StepFailed):
+            nodes = {*nodes, *dict(exc.detail.get("failed") or {})}
     finally:
         if not handed_over:
-            for name in run.order[:-1]:
-                if name not in run.taken:
-                    run.record(name, "skipped", run.skip_why, {})
+            for name in run.order[: run.order.index("resume_voice")]:
+                if name not in run.record.taken:
+                    run.record.skip(name, run.skip_why)
             try:
                 run.step("resume_voice", run.resume_voice)
             except SparkwardenError as exc:
                 error = f"{error}; {exc}" if error else str(exc)
+    # the users' path, once voice is back (it never waits on the gateway)
+    if error is not None:
+        run.record.skip("gateway_probe", run.skip_why)
+    else:
+        try:
+            run.step("gateway_probe", run.gateway_probe)
+        except StepFailed as exc:
+            error, failed = failure(exc, run.id)
     parts.journal.end_run(run.id, "failed" if error else "ok", error)
     log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
     if error:
@@ -283,15 +307,17 @@ class _ClusterRun:
     """One cluster run: the steps, each journaled with every node's figures."""
 
     def __init__(
-        self, config: Config, parts: ClusterParts, observer: Callable[[StepLine], None]
+        self, config: Config, parts: ClusterParts, run_id: int, observer: Observer | None
     ) -> None:
-        self.config, self.parts, self.observer = config, parts, observer
+        self.config, self.parts, self.id = config, parts, run_id
         self.cluster = cluster_of(config)
         self.head: ClusterNode = self.cluster.nodes[0]
         self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
-        self.order = steps(self.cluster.setup)
-        self.id = 0
-        self.taken: set[str] = set()
+        self.order = cluster_steps(self.cluster.setup)
+        #: each step journaled with every node's figures, told and logged
+        self.record = Recorder(
+            parts.journal, run_id, self.order, observer or (lambda _e: None), parts.after_action
+        )
         self.views: list[NodeView] = []
         self.ids: dict[str, dict[str, str | None]] = {}  # node -> engine name -> container ID
         self.paused: dict[str, list[str]] = {}
@@ -327,31 +353,8 @@ class _ClusterRun:
             head_acts("llm_started_at")
             self.step("start_head", lambda: self.start([self.head]))
 
-    # --- recording -----------------------------------------------------------------------
-    def step(self, name: str, action: Callable[[], tuple[str, dict[str, Any]]]) -> None:
-        self.taken.add(name)
-        step_id = self.parts.journal.begin_step(self.id, name)
-        try:
-            summary, detail = action()
-            self.parts.after_action(name)
-        except HandedOver:
-            raise  # the step stays "running": the next sparkwarden ends the run
-        except Exception as exc:
-            said = scrub(str(exc))
-            figures = exc.detail if isinstance(exc, StepFailed) else {}
-            seconds = self.parts.journal.end_step(step_id, "failed", {**figures, "error": said})
-            self._tell(name, "failed", said, seconds)
-            raise
-        seconds = self.parts.journal.end_step(step_id, "ok", {"summary": summary, **detail})
-        self._tell(name, "ok", summary, seconds)
-
-    def record(self, name: str, result: str, summary: str, detail: dict[str, Any]) -> None:
-        step_id = self.parts.journal.begin_step(self.id, name)
-        self.parts.journal.end_step(step_id, "skipped", {"summary": summary, **detail})
-        self._tell(name, result, summary, 0.0)
-
-    def _tell(self, name: str, result: str, summary: str, seconds: float) -> None:
-        self.observer(StepLine(name, self.order.index(name) + 1, result, summary, seconds, self.id))
+    def step(self, name: str, action: Callable[[], Done]) -> None:
+        self.record.step(name, action)
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
         """One verb on one node; a node that did not answer once in this run is not tried
@@ -380,7 +383,7 @@ class _ClusterRun:
         return answers
 
     # --- the steps -----------------------------------------------------------------------
-    def preflight(self) -> tuple[str, dict[str, Any]]:
+    def preflight(self) -> Done:
         began = self.parts.monotonic()
         self.views = inspect_all(self.config, self.parts.link)
         seconds = round(self.parts.monotonic() - began, 3)
@@ -400,12 +403,12 @@ class _ClusterRun:
             for v in self.views
             if v.answer
         )
-        return (
+        return Done(
             f"{len(self.views)} nodes answered in {seconds:.1f}s, same image; available {memory}",
             {"nodes": nodes, "seconds": seconds},
         )
 
-    def pause_voice(self) -> tuple[str, dict[str, Any]]:
+    def pause_voice(self) -> Done:
         with_voice = [n for n in self.cluster.nodes if n.voice]
         # Written before acting: what a later run resumes if this one is cut short.
         intended = {n.name: sorted({*n.voice, *self.paused.get(n.name, [])}) for n in with_voice}
@@ -423,11 +426,10 @@ class _ClusterRun:
 
         answers = self.on_every("pause_voice", with_voice, pause)
         said = [f"{n}: {', '.join(p) or 'none'}" for n, p in self.paused.items()]
-        return "paused " + ("; ".join(said) if said else "nothing (no voice configured)"), {
-            "nodes": answers
-        }
+        said_all = "; ".join(said) if said else "nothing (no voice configured)"
+        return Done(f"paused {said_all}", {"nodes": answers})
 
-    def stop(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+    def stop(self, nodes: list[ClusterNode]) -> Done:
         step = "stop_head" if nodes and nodes[0] is self.head else "stop_workers"
         self.parts.journal.remember(self.id, **{f"{step}_sent": True})
         timeout = self.config.llm.stop_timeout
@@ -438,9 +440,9 @@ class _ClusterRun:
 
         answers = self.on_every(step, nodes, stop)
         self.stopped.update(answers)
-        return f"stopped on {', '.join(answers)}", {"nodes": answers}
+        return Done(f"stopped on {', '.join(answers)}", {"nodes": answers})
 
-    def confirm_stopped(self) -> tuple[str, dict[str, Any]]:
+    def confirm_stopped(self) -> Done:
         """No engine container up on any node. A worker's stop answer ends with its engines'
         state read after its ``docker stop`` (so after the head's): that is its look here, one
         SSH call and Python start fewer per worker. The head, stopped first, is looked at again
@@ -474,9 +476,9 @@ class _ClusterRun:
         }
         if unanswered or up:
             raise StepFailed("confirm_stopped", "; ".join([*unanswered.values(), *up]), detail)
-        return f"no engine up on any of {len(now)} nodes", detail
+        return Done(f"no engine up on any of {len(now)} nodes", detail)
 
-    def drop_caches(self) -> tuple[str, dict[str, Any]]:
+    def drop_caches(self) -> Done:
         mem = self.config.memory
         params = Params(
             gate_gib=mem.start_min_available_gib, wait=mem.start_wait, interval=mem.drop_interval
@@ -499,9 +501,9 @@ class _ClusterRun:
                 {"nodes": {**answers, **failed_figures}, "failed": failures},
             )
         said = "; ".join(f"{n}: {a.get('summary', '')}" for n, a in answers.items())
-        return said, {"nodes": answers}
+        return Done(said, {"nodes": answers})
 
-    def start(self, nodes: list[ClusterNode]) -> tuple[str, dict[str, Any]]:
+    def start(self, nodes: list[ClusterNode]) -> Done:
         step = "start_head" if nodes and nodes[0] is self.head else "start_workers"
         self.parts.journal.remember(self.id, **{f"{step}_sent": True})
 
@@ -530,7 +532,7 @@ class _ClusterRun:
                 for node, answer in answers.items()
             }
         )
-        return f"started the same containers on {', '.join(answers)}", {"nodes": answers}
+        return Done(f"started the same containers on {', '.join(answers)}", {"nodes": answers})
 
     def note_started(self, started: dict[str, dict[str, Any]]) -> None:
         """Which start of each engine container this run made (``StartedAt``), in its plan: a
@@ -538,7 +540,7 @@ class _ClusterRun:
         self.started.update(started)
         self.parts.journal.remember(self.id, cluster_started=self.started)
 
-    def launch(self) -> tuple[str, dict[str, Any]]:
+    def launch(self) -> Done:
         """The launcher set-up: its own command starts the ranks (workers first, then the
         head, as eugr's launch-cluster.sh does), as new ``--rm`` containers."""
         self.parts.journal.remember(self.id, start_workers_sent=True)
@@ -547,15 +549,15 @@ class _ClusterRun:
             figures = self.parts.launch(command, self.cluster.launcher_timeout)
         except NodeFailed as exc:
             raise StepFailed("start_workers", scrub(str(exc)), {"command": command}) from None
-        return f"the launcher ran: {command}", {"command": command, **figures}
+        return Done(f"the launcher ran: {command}", {"command": command, **figures})
 
-    def launched(self) -> tuple[str, dict[str, Any]]:
+    def launched(self) -> Done:
         """After the launcher: every node's engine containers exist and run."""
         views, detail = self.engines_running("start_head", "after the launcher: ", worker=False)
         self.note_started(
             {v.name: {e["name"]: e.get("started_at") for e in v.engines} for v in views}
         )
-        return f"the launcher's containers run on {', '.join(v.name for v in views)}", detail
+        return Done(f"the launcher's containers run on {', '.join(v.name for v in views)}", detail)
 
     def engines_running(
         self, step: str, said: str, worker: bool
@@ -575,35 +577,9 @@ class _ClusterRun:
             raise StepFailed(step, said + "; ".join(bad), detail)
         return views, detail
 
-    def wait_health(self) -> tuple[str, dict[str, Any]]:
-        llm, parts = self.config.llm, self.parts
-        began = parts.monotonic()
-        polls = 0
-        while True:
-            polls += 1
-            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
-            elapsed = round(parts.monotonic() - began, 3)
-            if health.status == "up":
-                return f"healthy after {elapsed:.1f}s ({polls} polls)", {
-                    "seconds": elapsed,
-                    "polls": polls,
-                }
-            figures = {"seconds": elapsed, "polls": polls, "last": health.detail}
-            if parts.monotonic() + llm.poll_interval > began + llm.health_timeout:
-                raise StepFailed(
-                    "wait_health",
-                    f"the head not healthy within {llm.health_timeout:g}s (a rank that did not "
-                    f"join keeps it at its rendezvous); last answer: {health.detail}",
-                    figures,
-                )
-            if parts.should_abort():
-                raise HandedOver(
-                    f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; the cluster "
-                    "keeps loading and the next sparkwarden on the head finishes this run "
-                    "(/health, the chat probe, every rank, then voice)"
-                )
-            # an engine that went down while loading (an operator's stop, a crash) fails now,
-            # not at the end of a cold boot's timeout
+    def wait_health(self) -> Done:
+        def went_down() -> tuple[str, dict[str, Any]] | None:
+            """The head's engine went down while loading (an operator's stop, a crash)."""
             head = self.call(
                 self.head,
                 "inspect",
@@ -612,19 +588,34 @@ class _ClusterRun:
             )
             if down := [e for e in head.get("engines", []) if e.get("status") != "running"]:
                 said = ", ".join(f"{e.get('name')} is {e.get('status')}" for e in down)
-                raise StepFailed(
-                    "wait_health", f"the head's engine went down while loading: {said}", figures
-                )
-            parts.sleep(llm.poll_interval)
+                return f"the head's engine went down while loading: {said}", {}
+            return None
 
-    def chat_probe(self) -> tuple[str, dict[str, Any]]:
-        return prove_chat(self.config.llm, self.parts.vllm, self.parts.monotonic)
+        parts = self.parts
+        loading = Loading(
+            "the cluster keeps loading and the next sparkwarden on the head finishes this run "
+            "(/health, the chat probe, every rank, then voice)",
+            " (a rank that did not join keeps the head at its rendezvous)",
+        )
+        waits = Waits(parts.monotonic, parts.sleep, parts.should_abort)
+        return Done(*wait_healthy(self.config.llm, parts.vllm, waits, went_down, loading))
 
-    def workers_running(self) -> tuple[str, dict[str, Any]]:
+    def chat_probe(self) -> Done:
+        return Done(*prove_chat(self.config.llm, self.parts.vllm, self.parts.monotonic))
+
+    def workers_running(self) -> Done:
         views, detail = self.engines_running("workers_running", "a rank is not running: ", True)
-        return f"every worker's engine runs ({', '.join(v.name for v in views)})", detail
+        return Done(f"every worker's engine runs ({', '.join(v.name for v in views)})", detail)
 
-    def resume_voice(self) -> tuple[str, dict[str, Any]]:
+    def gateway_probe(self) -> Done:
+        """The users' path, proven as a lone host's run proves it."""
+        parts, client = self.parts, self.parts.gateway
+        if self.config.gateway is None or client is None:
+            return Done("nothing: no [gateway] configured", skipped=True)
+        waits = Waits(parts.monotonic, parts.sleep, parts.should_abort)
+        return Done(*prove_gateway(self.config, client, waits))
+
+    def resume_voice(self) -> Done:
         """Every node it can reach; what stays paused on a node lost in this run is named here
         and in the journal (``cluster_voice_left``), and the next cluster run resumes it."""
         to_resume = [n for n in self.cluster.nodes if self.paused.get(n.name)]
@@ -639,7 +630,7 @@ class _ClusterRun:
             left.setdefault(name, self.paused[name])
         for node in self.cluster.nodes:
             # lost while pausing: what it paused is unknown, so all it was told to
-            if node.name in self.lost and node.voice and "pause_voice" in self.taken:
+            if node.name in self.lost and node.voice and "pause_voice" in self.record.taken:
                 left.setdefault(node.name, sorted({*node.voice, *self.paused.get(node.name, [])}))
         self.parts.journal.remember(self.id, cluster_voice_left=left)
         said = [f"{n}: {', '.join(a.get('resumed', []))}" for n, a in answers.items()]
@@ -654,4 +645,4 @@ class _ClusterRun:
                 "resumed " + ("; ".join(said) or "nothing") + "; " + "; ".join(why),
                 {**detail, "failed": failures, "left_paused": left, "lost": dict(self.lost)},
             )
-        return "resumed " + ("; ".join(said) if said else "nothing"), detail
+        return Done("resumed " + ("; ".join(said) if said else "nothing"), detail)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from sparkwarden.adapters.systemd import SdNotify
@@ -24,7 +23,6 @@ from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
-from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 
@@ -51,8 +49,7 @@ class Hands(ClusterHands):
         self.run_lock = RunLock(config.state.dir)
         #: What a running sequence is doing ("" before its first step); None when none runs.
         self.step: str | None = None
-        #: While a run waits for the started engine: its number, trigger, why, and since when.
-        self.boot: tuple[int, str, str, float] | None = None
+        self.boot = None
 
     def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
         """Do each intent in order; returns a run's result, and whether the journal's facts
@@ -124,17 +121,7 @@ class Hands(ClusterHands):
             finally:
                 self.run_lock.release()
 
-        def observe(event: StepEvent) -> None:
-            self.step = f"step {event.index} of {len(STEPS)}: {event.name}"
-            self._track_boot(event, reason, why)
-            if event.phase == "begin" and event.index == 1:
-                self.run_lock.set_run(event.run_id, reason)
-                if call is not None:
-                    call.begin(event.run_id)
-            if call is not None and (event.phase == "end" or event.summary):
-                call.events.put({"event": "step", **asdict(event)})
-            self.publish()
-
+        observe = self._observer(reason, why, call)
         outcome = None
         try:
             outcome = sequence.restart(
@@ -195,13 +182,6 @@ class Hands(ClusterHands):
                 self.step = None
                 ended = time.time()
         return ended
-
-    def _track_boot(self, event: StepEvent, reason: str, why: str) -> None:
-        """Note when a run starts waiting for the engine, for status (what a long boot is for)."""
-        if event.name == "wait_health" and event.phase == "begin" and not event.summary:
-            self.boot = (event.run_id, reason, why, time.time())
-        elif event.phase == "end" or event.name != "wait_health":
-            self.boot = None
 
     def booting(self) -> dict[str, object] | None:
         """The snapshot's ``booting``: the run waiting for the started engine, and how long."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Any, cast
+from typing import Any
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
@@ -20,9 +20,9 @@ from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.handlers import ManualCall
-from sparkwarden.restart.journal import RunRecord, StepResult
+from sparkwarden.restart.journal import RunRecord
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Outcome, Parts, StepEvent
+from sparkwarden.restart.parts import Observer, Outcome, Parts, StepEvent
 
 log = logs.get("sparkwarden.daemon")
 
@@ -37,6 +37,44 @@ class ClusterHands:
     publish: Callable[[], object]
     run_lock: RunLock
     step: str | None
+    #: While a run waits for the started engine: its number, trigger, why, and since when.
+    boot: tuple[int, str, str, float] | None
+
+    def _observer(
+        self,
+        reason: str,
+        why: str,
+        call: ManualCall | None,
+        begun: Callable[[], None] = lambda: None,
+        lease: float | None = None,
+    ) -> Observer:
+        """What a run (a lone host's, a cluster's) tells as it goes: status's step and boot,
+        the run lock's run, an operator's stream, a published snapshot. ``begun``: called as
+        the first step begins (the run has written what it adopted); ``lease``: the watchdog's,
+        renewed on every event (a lone host's run renews its own per step)."""
+
+        def observe(event: StepEvent) -> None:
+            if lease is not None:
+                self.parts.heartbeat(lease)
+            self.step = f"step {event.index} of {event.total}: {event.name}"
+            self._track_boot(event, reason, why)
+            if event.phase == "begin" and event.index == 1:
+                begun()
+                self.run_lock.set_run(event.run_id, reason)
+                if call is not None:
+                    call.begin(event.run_id)
+            if call is not None and (event.phase == "end" or event.summary):
+                call.events.put({"event": "step", **asdict(event)})
+            self.publish()
+
+        return observe
+
+    def _track_boot(self, event: StepEvent, reason: str, why: str) -> None:
+        """Note when a run starts waiting for the engine, for status (what a long boot is for)."""
+        if event.name == "wait_health" and event.phase == "begin" and not event.summary:
+            self.boot = (event.run_id, reason, why, time.time())
+        elif event.phase == "end" or event.name != "wait_health":
+            self.boot = None
 
     def _cluster_lease(self) -> float:
         """The longest a cluster run may go without a step ending: its slowest step (a cold
@@ -77,28 +115,7 @@ class ClusterHands:
         lease = self._cluster_lease()
         self.parts.heartbeat(lease)
 
-        def observe(line: cluster_seq.StepLine) -> None:
-            self.parts.heartbeat(lease)
-            self.step = f"step {line.index} of {len(cluster_seq.STEPS)}: {line.name}"
-            if line.index == 1:
-                begun()
-                self.run_lock.set_run(line.run_id, reason)
-                if call is not None:
-                    call.begin(line.run_id)
-            if call is not None:
-                event = StepEvent(
-                    "end",
-                    line.name,
-                    line.index,
-                    line.run_id,
-                    cast(StepResult, line.result),
-                    line.summary,
-                    line.seconds,
-                    len(cluster_seq.STEPS),
-                )
-                call.events.put({"event": "step", **asdict(event)})
-            self.publish()
-
+        observe = self._observer(reason, why, call, begun, lease)
         link = SshLink(cluster)
         parts = cluster_seq.ClusterParts(
             link,
@@ -106,6 +123,7 @@ class ClusterHands:
             self.parts.journal,
             after_action=self.parts.after_action,
             should_abort=self.parts.should_abort,
+            gateway=self.parts.gateway,
         )
         outcome: Outcome | None = None
         try:

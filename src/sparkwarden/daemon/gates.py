@@ -144,4 +144,7 @@ def gate(
         if go is None:
             return mind, intents
         intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
-    return replace(mind, pending=None), [*intents, Restart(pending.reason, pending.why)]
+    return replace(mind, pending=None), [
+        *intents,
+        Restart(pending.reason, pending.why, pending.target),
+    ]

@@ -6,12 +6,14 @@ starts); :mod:`sparkwarden.restart.sequence` calls both in order.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, StepFailed
-from sparkwarden.config.schema import LlmConfig
-from sparkwarden.restart.steps import GATEWAY_TRY, Done, RunState, log
+from sparkwarden.config.schema import Config, LlmConfig
+from sparkwarden.restart.recorder import Done
+from sparkwarden.restart.steps import GATEWAY_TRY, RunState, log
 from sparkwarden.vllm.client import VllmClient
 
 
@@ -27,49 +29,40 @@ class Probes(RunState):
     def wait_health(self, active: ContainerState) -> Done:
         if (skip := self.not_ours()) is not None:
             return skip
-        llm, parts = self.config.llm, self.parts
-        began = parts.monotonic()
-        deadline = began + llm.health_timeout
-        polls, next_note = 0, began + 15.0
-        while True:
-            polls += 1
-            health = parts.vllm.health(timeout=min(10.0, llm.health_timeout))
-            elapsed = parts.monotonic() - began
-            if health.status == "up":
-                return Done(
-                    f"healthy after {elapsed:.1f}s ({polls} polls)",
-                    {"seconds": round(elapsed, 3), "polls": polls},
-                )
-            state = parts.docker.inspect(active.name)
-            if not state.up:
-                raise StepFailed(
-                    "wait_health",
-                    f"{active.name} exited with code {state.exit_code} while loading"
-                    + (" (OOM-killed)" if state.oom_killed else ""),
-                    {
-                        "seconds": round(elapsed, 3),
-                        "exit_code": state.exit_code,
-                        "oom_killed": state.oom_killed,
-                    },
-                )
-            if parts.should_abort():
-                raise HandedOver(
-                    f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; "
+        docker = self.parts.docker
+
+        def went_down() -> tuple[str, dict[str, Any]] | None:
+            state = docker.inspect(active.name)
+            if state.up:
+                return None
+            return (
+                f"{active.name} exited with code {state.exit_code} while loading"
+                + (" (OOM-killed)" if state.oom_killed else ""),
+                {"exit_code": state.exit_code, "oom_killed": state.oom_killed},
+            )
+
+        return Done(
+            *wait_healthy(
+                self.config.llm,
+                self.parts.vllm,
+                self._waits("wait_health"),
+                went_down,
+                Loading(
                     f"{active.name} keeps loading and the next sparkwarden finishes this run "
                     "(/health, the chat probe, then voice)"
-                )
-            if parts.monotonic() + llm.poll_interval > deadline:
-                raise StepFailed(
-                    "wait_health",
-                    f"not healthy within {llm.health_timeout:g}s; last answer: {health.detail}",
-                    {"seconds": round(elapsed, 3), "polls": polls, "last": health.detail},
-                )
-            if parts.monotonic() >= next_note:
-                log.info("still_loading", seconds=round(elapsed), last=health.detail)
-                self.progress("wait_health", f"{elapsed:.0f}s: {health.detail}")
-                next_note += 15.0
-            parts.heartbeat(self._lease("wait_health"))
-            parts.sleep(llm.poll_interval)
+                ),
+                lambda said: self.record.progress("wait_health", said),
+            )
+        )
+
+    def _waits(self, step: str) -> Waits:
+        parts = self.parts
+        return Waits(
+            parts.monotonic,
+            parts.sleep,
+            parts.should_abort,
+            lambda: parts.heartbeat(self._lease(step)),
+        )
 
     def chat_probe(self) -> Done:
         if (skip := self.not_ours()) is not None:
@@ -79,36 +72,114 @@ class Probes(RunState):
 
     def gateway_probe(self) -> Done:
         """The users' path, retried until ``gateway.timeout``: how long it lagged the engine."""
-        gateway, client, parts = self.config.gateway, self.parts.gateway, self.parts
         if (skip := self.not_ours()) is not None:
             return skip
-        if gateway is None or client is None:
+        client = self.parts.gateway
+        if self.config.gateway is None or client is None:
             return Done("no [gateway] configured", skipped=True)
-        began = parts.monotonic()
-        deadline = began + gateway.timeout
-        attempts = 0
-        while True:
-            attempts += 1
-            left = max(deadline - parts.monotonic(), 1.0)
-            outcome = client.chat(gateway.model, timeout=min(left, GATEWAY_TRY))
-            lag = round(parts.monotonic() - began, 3)
-            figures = {"url": gateway.url, "model": gateway.model, "attempts": attempts}
-            if outcome.ok:
-                return Done(
-                    f"{gateway.url} {outcome.detail}; the users' path lagged the engine by "
-                    f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
-                    {**figures, "lag_s": lag, "answer": outcome.content[:80]},
-                )
-            if parts.should_abort() or parts.monotonic() + self.config.llm.poll_interval > deadline:
-                raise StepFailed(
-                    "gateway_probe",
-                    f"the gateway {gateway.url} did not answer a chat request for "
-                    f"{gateway.model!r} within {gateway.timeout:g}s, though the engine itself "
-                    f"answered; last: {outcome.detail}",
-                    {**figures, "seconds": lag, "last": outcome.detail},
-                )
-            parts.heartbeat(self._lease("gateway_probe"))
-            parts.sleep(self.config.llm.poll_interval)
+        return Done(*prove_gateway(self.config, client, self._waits("gateway_probe")))
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What a probe that retries waits with: the run's clock, its sleep, whether sparkwarden is
+    stopping, and the watchdog's beat between tries."""
+
+    monotonic: Callable[[], float]
+    sleep: Callable[[float], None]
+    should_abort: Callable[[], bool]
+    beat: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
+class Loading:
+    """What the boot wait says of the engine it waits for: what goes on when sparkwarden stops
+    in the wait, and what may keep it unhealthy."""
+
+    handed_over: str
+    unhealthy: str = ""
+
+
+#: How often a long boot wait says how it goes (the log, the CLI's line, ``STATUS=``).
+NOTE_EVERY = 15.0
+
+
+def wait_healthy(
+    llm: LlmConfig,
+    vllm: VllmClient,
+    waits: Waits,
+    went_down: Callable[[], tuple[str, dict[str, Any]] | None],
+    loading: Loading,
+    progress: Callable[[str], None] = lambda _said: None,
+) -> tuple[str, dict[str, Any]]:
+    """The one boot wait, for a lone host's engine and a cluster's head: poll ``/health``
+    (connection refused is "still loading") until it is up: (summary, figures). An engine that
+    went down while loading (``went_down``: why, figures) fails it at once, not at the end of a
+    cold boot's timeout; sparkwarden stopping hands the boot over (:class:`HandedOver`)."""
+    began = waits.monotonic()
+    deadline = began + llm.health_timeout
+    polls, next_note = 0, began + NOTE_EVERY
+    while True:
+        polls += 1
+        health = vllm.health(timeout=min(10.0, llm.health_timeout))
+        elapsed = waits.monotonic() - began
+        if health.status == "up":
+            figures = {"seconds": round(elapsed, 3), "polls": polls}
+            return f"healthy after {elapsed:.1f}s ({polls} polls)", figures
+        if (down := went_down()) is not None:
+            said, figures = down
+            raise StepFailed("wait_health", said, {"seconds": round(elapsed, 3), **figures})
+        if waits.should_abort():
+            raise HandedOver(
+                f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; "
+                + loading.handed_over
+            )
+        if waits.monotonic() + llm.poll_interval > deadline:
+            raise StepFailed(
+                "wait_health",
+                f"not healthy within {llm.health_timeout:g}s{loading.unhealthy}; "
+                f"last answer: {health.detail}",
+                {"seconds": round(elapsed, 3), "polls": polls, "last": health.detail},
+            )
+        if waits.monotonic() >= next_note:
+            log.info("still_loading", seconds=round(elapsed), last=health.detail)
+            progress(f"{elapsed:.0f}s: {health.detail}")
+            next_note += NOTE_EVERY
+        waits.beat()
+        waits.sleep(llm.poll_interval)
+
+
+def prove_gateway(config: Config, client: VllmClient, waits: Waits) -> tuple[str, dict[str, Any]]:
+    """The same chat through the users' gateway, retried until ``gateway.timeout`` (it may lag
+    the engine: cooldowns, failed upstreams): (summary, figures with the lag), or StepFailed.
+    The one probe of the users' path for a lone host and a cluster's head."""
+    gateway = config.gateway
+    assert gateway is not None
+    began = waits.monotonic()
+    deadline = began + gateway.timeout
+    attempts = 0
+    while True:
+        attempts += 1
+        left = max(deadline - waits.monotonic(), 1.0)
+        outcome = client.chat(gateway.model, timeout=min(left, GATEWAY_TRY))
+        lag = round(waits.monotonic() - began, 3)
+        figures = {"url": gateway.url, "model": gateway.model, "attempts": attempts}
+        if outcome.ok:
+            return (
+                f"{gateway.url} {outcome.detail}; the users' path lagged the engine by "
+                f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
+                {**figures, "lag_s": lag, "answer": outcome.content[:80]},
+            )
+        if waits.should_abort() or waits.monotonic() + config.llm.poll_interval > deadline:
+            raise StepFailed(
+                "gateway_probe",
+                f"the gateway {gateway.url} did not answer a chat request for "
+                f"{gateway.model!r} within {gateway.timeout:g}s, though the engine itself "
+                f"answered; last: {outcome.detail}",
+                {**figures, "seconds": lag, "last": outcome.detail},
+            )
+        waits.beat()
+        waits.sleep(config.llm.poll_interval)
 
 
 def prove_chat(

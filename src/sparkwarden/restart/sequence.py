@@ -22,21 +22,19 @@ before it acts too. Voice is resumed even when the journal cannot be written at 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import choose_active
-from sparkwarden.base.errors import RECORDED, HandedOver, SparkwardenError, StepFailed, scrub
+from sparkwarden.base.errors import HandedOver, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.journal import StepResult
-from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume, StepEvent
+from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume
 from sparkwarden.restart.probes import Probes
+from sparkwarden.restart.recorder import UNRECORDABLE, Done, failure
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.restart.steps import (
-    Done,
     LlmSteps,
     VoiceSteps,
     engine_grace,
@@ -46,10 +44,6 @@ from sparkwarden.restart.steps import (
 )
 
 log = logs.get("sparkwarden.sequence")
-
-
-#: What a journal that cannot be written raises (a full or read-only state dir).
-_UNRECORDABLE = (sqlite3.Error, OSError)
 
 
 def restart(
@@ -67,7 +61,7 @@ def restart(
     observer = observer or (lambda _e: None)
     try:
         run_id = parts.journal.begin_run(reason)
-    except _UNRECORDABLE as exc:
+    except UNRECORDABLE as exc:
         if resume:  # nothing can be recorded, but voice an interrupted run paused comes back
             orphan = _Run(config, parts, 0, observer)
             orphan.paused = list(resume.voice_paused)
@@ -105,21 +99,14 @@ def restart(
         handed_over = True
         log.warning("run_handed_over", run=run.id, reason=reason, why=str(exc))
         raise
-    except SparkwardenError as exc:
-        error = scrub(str(exc), keep=RECORDED)
-        failed_step = exc.step if isinstance(exc, StepFailed) else None
-    except _UNRECORDABLE as exc:  # a full or read-only state dir: still resume voice below
-        log.error("journal_unwritable", run=run.id, error=str(exc))
-        error = f"the journal could not be written: {exc}"
-    except Exception as exc:  # a bug must still end with voice resumed and the run recorded
-        log.exception("run_internal_error", run=run.id)
-        error = f"internal error: {type(exc).__name__}: {scrub(str(exc), keep=RECORDED)}"
+    except Exception as exc:  # a step's failure, a full state dir, a bug: voice still resumed
+        error, failed_step = failure(exc, run.id)
     finally:
         if not handed_over:
             error = run.finish(error)
     try:
         parts.journal.end_run(run.id, "failed" if error else "ok", error)
-    except _UNRECORDABLE as exc:
+    except UNRECORDABLE as exc:
         log.error("run_not_recorded", run=run.id, error=str(exc))
     (log.error if error else log.info)(
         "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
@@ -130,56 +117,11 @@ def restart(
 
 
 class _Run(VoiceSteps, LlmSteps, Probes):
-    """One run: the steps (in :mod:`sparkwarden.restart.steps`) journaled, observed and always
-    ended."""
-
-    def progress(self, name: str, summary: str) -> None:
-        self.observer(StepEvent("begin", name, STEPS.index(name) + 1, self.id, summary=summary))
+    """One run: the steps (in :mod:`sparkwarden.restart.steps` and ``probes``), each recorded by
+    its :class:`~sparkwarden.restart.recorder.Recorder`, and always ended."""
 
     def step(self, name: str, action: Callable[[], Done | tuple[Any, Done]]) -> Any:
-        """Journal a step before and after it runs, and tell the observer."""
-        index = STEPS.index(name) + 1
-        self.taken.add(name)
-        self.parts.heartbeat(self._lease(name))
-        step_id = self.parts.journal.begin_step(self.id, name)
-        self.observer(StepEvent("begin", name, index, self.id))
-        log.info("step_started", run=self.id, step=name)
-        value: Any = None
-        try:
-            try:
-                produced = action()
-            finally:
-                self.acted.add(name)
-            value, done = produced if isinstance(produced, tuple) else (None, produced)
-            self.parts.after_action(name)
-        except HandedOver:
-            raise  # the step stays "running": the repair that finishes the run closes it
-        except Exception as exc:
-            detail = exc.detail if isinstance(exc, StepFailed) else {}
-            said = scrub(str(exc), keep=RECORDED)
-            detail = {**detail, "error": said}
-            try:
-                duration = self.parts.journal.end_step(step_id, "failed", detail)
-            except _UNRECORDABLE as journal_exc:  # the step's own error is the one to report
-                log.error("step_not_recorded", run=self.id, step=name, error=str(journal_exc))
-                duration = 0.0
-            self.observer(StepEvent("end", name, index, self.id, "failed", said, duration))
-            log.error("step_failed", run=self.id, step=name, error=said, **_flat(detail))
-            raise
-        result: StepResult = "skipped" if done.skipped else "ok"
-        duration = self.parts.journal.end_step(
-            step_id, result, {"summary": done.summary, **done.detail}
-        )
-        self.observer(StepEvent("end", name, index, self.id, result, done.summary, duration))
-        log.info(
-            "step_ended",
-            run=self.id,
-            step=name,
-            result=result,
-            seconds=round(duration, 3),
-            summary=done.summary,
-        )
-        return value
+        return self.record.step(name, action)
 
     def finish(self, error: str | None) -> str | None:
         """Resume voice whatever happened, even when the journal cannot record it (a full state
@@ -188,10 +130,10 @@ class _Run(VoiceSteps, LlmSteps, Probes):
             self.skip_untaken()
         except SparkwardenError as exc:
             error = f"{error}; {exc}" if error else str(exc)
-        except _UNRECORDABLE as exc:
+        except UNRECORDABLE as exc:
             log.error("journal_unwritable", run=self.id, error=str(exc))
             error = error or f"the journal could not be written: {exc}"
-            if "resume_voice" not in self.acted:
+            if "resume_voice" not in self.record.acted:
                 error = self.resume_unrecorded(error)
         return error
 
@@ -210,14 +152,10 @@ class _Run(VoiceSteps, LlmSteps, Probes):
         voice in its place if it has not been (a failure before it, or a journal that could not
         record its start)."""
         for name in STEPS:
-            if name == "resume_voice" and name not in self.acted:
+            if name == "resume_voice" and name not in self.record.acted:
                 self.step(name, self.resume_voice)
-            elif name not in self.taken:
-                self.step(name, lambda: Done("not reached: an earlier step failed", skipped=True))
-
-
-def _flat(detail: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in detail.items() if k != "error"}
+            elif name not in self.record.taken:
+                self.record.skip(name, "not reached: an earlier step failed")
 
 
 def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
@@ -229,6 +167,7 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
         {name: docker.inspect(name).status for name in voice.containers}
     )
     memory = parts.host.memory()
+    proving = proving_plan(config)
     verb = "pause" if voice.mode == "pause" else "stop"
     quiet = f"{verb} {name_list(to_quiet)}"
     if left_alone:
@@ -251,23 +190,27 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
             f" for up to {mem.start_wait:g}s",
         ),
         ("start_llm", f"docker start {active.name} (the same container, id {active.id[:12]})"),
-        ("wait_health", f"poll {llm.base_url}/health for up to {llm.health_timeout:g}s"),
-        (
-            "chat_probe",
-            f"one chat request to {llm.model or 'the model /v1/models names'}, "
-            f"up to {llm.probe_timeout:g}s",
-        ),
+        ("wait_health", proving["wait_health"]),
+        ("chat_probe", proving["chat_probe"]),
         (
             "resume_voice",
             f"{'unpause' if verb == 'pause' else 'start'} {name_list(to_quiet)}"
             if to_quiet
             else "nothing to resume",
         ),
-        (
-            "gateway_probe",
-            f"the same request through {config.gateway.url} as {config.gateway.model!r}, "
-            f"retried for up to {config.gateway.timeout:g}s"
-            if config.gateway
-            else "nothing: no [gateway] configured",
-        ),
+        ("gateway_probe", proving["gateway_probe"]),
     ]
+
+
+def proving_plan(config: Config) -> dict[str, str]:
+    """What the proving steps of any run (a lone host's, a cluster head's) will do."""
+    llm, gateway = config.llm, config.gateway
+    return {
+        "wait_health": f"poll {llm.base_url}/health for up to {llm.health_timeout:g}s",
+        "chat_probe": f"one chat request to {llm.model or 'the model /v1/models names'}, "
+        f"up to {llm.probe_timeout:g}s",
+        "gateway_probe": f"the same request through {gateway.url} as {gateway.model!r}, "
+        f"retried for up to {gateway.timeout:g}s"
+        if gateway
+        else "nothing: no [gateway] configured",
+    }

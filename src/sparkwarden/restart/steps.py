@@ -1,13 +1,13 @@
 """The bodies of the restart steps :mod:`sparkwarden.restart.sequence` calls in order.
 
-sequence.py keeps the order, the journal and the observer; each step here acts on Docker, the
-host or the engine and returns a :class:`Done` saying what it did (or raises ``StepFailed``).
+sequence.py keeps the order, and :mod:`sparkwarden.restart.recorder` the journal and the observer;
+each step here acts on Docker, the host or the engine and returns a :class:`Done` saying what it
+did (or raises ``StepFailed``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from sparkwarden.base import logs
@@ -17,6 +17,8 @@ from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.memory_gate import drop_until
 from sparkwarden.restart.parts import Observer, Parts, Resume
+from sparkwarden.restart.recorder import Done, Recorder
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm import doctor_rules, metrics, serve_flags
 from sparkwarden.vllm.doctor_rules import vllm_config_file
 
@@ -28,15 +30,6 @@ GATEWAY_TRY = 30.0
 log = logs.get("sparkwarden.sequence")
 
 
-@dataclass(frozen=True)
-class Done:
-    """What a step did: the line history shows, and the figures the journal keeps."""
-
-    summary: str
-    detail: dict[str, Any] = field(default_factory=dict)
-    skipped: bool = False
-
-
 class RunState:
     """The state of one run the steps share: what it chose, paused and found, and its leases."""
 
@@ -44,10 +37,17 @@ class RunState:
         self.config = config
         self.parts = parts
         self.id = run_id
-        self.observer = observer
+        #: each step journaled, told and logged; a heartbeat with each step's lease
+        self.record = Recorder(
+            parts.journal,
+            run_id,
+            STEPS,
+            observer,
+            parts.after_action,
+            beat=lambda name: parts.heartbeat(self._lease(name)),
+        )
         self.container: ContainerState | None = None
         self.paused: list[str] = []
-        self.taken: set[str] = set()
         self.repairing = False
         #: The one container (ID) this run may touch; None: whichever is active.
         self.target: str | None = None
@@ -58,12 +58,6 @@ class RunState:
         self.llm_was_up = False
         #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
         self.stop_sent = False
-        #: Steps whose action has run (resume_voice must run once, recorded or not).
-        self.acted: set[str] = set()
-
-    def progress(self, name: str, summary: str) -> None:
-        """Tell the observer a long step is still going (the run in sequence.py says how)."""
-        raise NotImplementedError
 
     def _lease(self, name: str) -> float:
         """How long step ``name`` may go without a heartbeat and still be healthy."""

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from sparkwarden.adapters.host import GIB
 from sparkwarden.restart.journal import RunResult
-from sparkwarden.restart.step_names import STEPS
+from sparkwarden.restart.step_names import EVERY_STEP
 from sparkwarden.surfaces.snapshot import STATES, EngineView, Snapshot
 
 DECIDING: tuple[RunResult, ...] = ("ok", "failed")  # the outcomes that say how a restart went
@@ -183,15 +183,20 @@ class SnapshotCollector(Collector):
                     "Wall time of the last run",
                     float(last["duration_s"]),
                 )
-            steps = GaugeMetricFamily(
-                "sparkwarden_last_run_step_seconds",
-                "Duration of each step of the last run",
-                labels=["step"],
-            )
-            for step in last["steps"]:
-                if step["name"] in STEPS and step["duration_s"] is not None:
-                    steps.add_metric([step["name"]], float(step["duration_s"]))
-            yield steps
+            yield last_run_steps(last)
+
+
+def last_run_steps(last: dict[str, Any]) -> GaugeMetricFamily:
+    """Each step of the last run (``history --json``'s record) that has ended, by its name."""
+    steps = GaugeMetricFamily(
+        "sparkwarden_last_run_step_seconds",
+        "Duration of each step of the last run",
+        labels=["step"],
+    )
+    for step in last["steps"]:
+        if step["name"] in EVERY_STEP and step["duration_s"] is not None:
+            steps.add_metric([step["name"]], float(step["duration_s"]))
+    return steps
 
 
 def engine_families(engine: EngineView | None) -> Iterator[Any]:

@@ -24,8 +24,7 @@ import tomli_w
 from devtools.standin.stage import free_port, skeleton
 from sparkwarden.base import faults
 from sparkwarden.cluster.link import CONTROL_PREFIX
-from sparkwarden.restart.step_names import CLUSTER_STEPS
-from sparkwarden.restart.step_names import RAY_STEPS
+from sparkwarden.restart.step_names import CLUSTER_STEPS, RAY_STEPS
 from tests.kits.clusterkit import (
     ClusterKit,
     Engine,
@@ -149,6 +148,14 @@ def test_healthy_cluster_restarted_as_one_over_ssh(engine: Engine) -> None:
         for n, c in (("head", engine.head), ("w1", engine.worker))
     }
     before = {n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))}
+    # the head's plan is the cluster's (it printed a lone host's 9 steps), touching nothing
+    dry = engine.cli("restart", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert re.findall(r"^\[ ?\d+/13\] (\w+) ", dry.stdout, re.M) == list(CLUSTER_STEPS), dry.stdout
+    assert engine.worker in dry.stdout and "no [gateway] configured" in dry.stdout, dry.stdout
+    assert before == {
+        n: engine.started_at(n, c) for n, c in (("head", engine.head), ("w1", engine.worker))
+    }
     result = engine.cli("cluster", "restart")
     assert result.returncode == 0, result.stdout + result.stderr
     every_step_ok(result.stdout, CLUSTER_STEPS)  # every step ok, in the one order

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pytest
 
+from sparkwarden.actions import history
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, ContainerError, HandedOver
@@ -28,9 +29,8 @@ from sparkwarden.cluster.link import (
     node_argv,
     run_launcher,
 )
-from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
-from sparkwarden.actions import history
 from sparkwarden.cluster.looks import cluster_of
+from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
 from sparkwarden.cluster.sequence import (
     ClusterParts,
     Proving,

@@ -95,7 +95,8 @@ class LlmConfig(_Section):
     stop_timeout: PositiveDuration = 120.0
     health_timeout: PositiveDuration = 1200.0
     probe_timeout: PositiveDuration = 180.0
-    poll_interval: PositiveDuration = 1.0
+    #: /health's poll while the engine loads: a ready engine is noticed within it
+    poll_interval: PositiveDuration = 0.2
     api_key_file: Path | None = None
     model: str | None = None
     restart_policy: Literal["take-over", "leave"] = "take-over"

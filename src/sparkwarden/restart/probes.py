@@ -102,6 +102,9 @@ class Loading:
 
 #: How often a long boot wait says how it goes (the log, the CLI's line, ``STATUS=``).
 NOTE_EVERY = 15.0
+#: How often the boot wait looks at the engine's container (a Docker call, on a cluster's head
+#: a node call), however often it polls ``/health``; and a refusing gateway is retried.
+LOOK_EVERY = 1.0
 
 
 def wait_healthy(
@@ -118,7 +121,7 @@ def wait_healthy(
     cold boot's timeout; sparkwarden stopping hands the boot over (:class:`HandedOver`)."""
     began = waits.monotonic()
     deadline = began + llm.health_timeout
-    polls, next_note = 0, began + NOTE_EVERY
+    polls, next_note, next_look = 0, began + NOTE_EVERY, began
     while True:
         polls += 1
         health = vllm.health(timeout=min(10.0, llm.health_timeout))
@@ -126,9 +129,11 @@ def wait_healthy(
         if health.status == "up":
             figures = {"seconds": round(elapsed, 3), "polls": polls}
             return f"healthy after {elapsed:.1f}s ({polls} polls)", figures
-        if (down := went_down()) is not None:
-            said, figures = down
-            raise StepFailed("wait_health", said, {"seconds": round(elapsed, 3), **figures})
+        if waits.monotonic() >= next_look:
+            next_look = waits.monotonic() + LOOK_EVERY
+            if (down := went_down()) is not None:
+                said, figures = down
+                raise StepFailed("wait_health", said, {"seconds": round(elapsed, 3), **figures})
         if waits.should_abort():
             raise HandedOver(
                 f"sparkwarden is stopping after {elapsed:.0f}s of the boot wait; "
@@ -170,7 +175,8 @@ def prove_gateway(config: Config, client: VllmClient, waits: Waits) -> tuple[str
                 f"{lag:.1f}s ({attempts} attempt{'s' if attempts > 1 else ''})",
                 {**figures, "lag_s": lag, "answer": outcome.content[:80]},
             )
-        if waits.should_abort() or waits.monotonic() + config.llm.poll_interval > deadline:
+        retry = max(config.llm.poll_interval, LOOK_EVERY)
+        if waits.should_abort() or waits.monotonic() + retry > deadline:
             raise StepFailed(
                 "gateway_probe",
                 f"the gateway {gateway.url} did not answer a chat request for "
@@ -179,7 +185,7 @@ def prove_gateway(config: Config, client: VllmClient, waits: Waits) -> tuple[str
                 {**figures, "seconds": lag, "last": outcome.detail},
             )
         waits.beat()
-        waits.sleep(config.llm.poll_interval)
+        waits.sleep(retry)
 
 
 def prove_chat(

@@ -782,13 +782,13 @@ def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:
 
 
 def test_a_dead_rank_seen_twice_in_a_row_wants_the_cluster_restarted() -> None:
-    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.verdict import ClusterVerdict
     from sparkwarden.cluster.watch import Look, Watch, observe
 
     def looks(*states: str, unreachable: tuple[str, ...] = ()) -> list[Any]:
         watch, seen = Watch(), []
         for t, state in enumerate(states):
-            verdict = Verdict(state, f"{state} summary", {"w1": "unreachable: timed out"})  # type: ignore[arg-type]
+            verdict = ClusterVerdict(state, f"{state} summary", {"w1": "unreachable: timed out"})  # type: ignore[arg-type]
             got = observe(watch, Look(float(t), verdict, unreachable), confirm=2)
             watch = got.watch
             seen.append(got)
@@ -812,13 +812,13 @@ def test_a_dead_rank_seen_twice_in_a_row_wants_the_cluster_restarted() -> None:
 
 
 def test_the_daemon_on_the_head_wants_a_restart_and_names_the_lost_node(tmp_path: Path) -> None:
-    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.verdict import ClusterVerdict
     from sparkwarden.cluster.watch import Look
     from sparkwarden.daemon import decide
     from sparkwarden.daemon import intents as do
 
     config = make_config(tmp_path)
-    crashed = Verdict("crashed", "the engine on w1 is down", {})
+    crashed = ClusterVerdict("crashed", "the engine on w1 is down", {})
     mind, said = decide.on_cluster(decide.Mind(), Look(10.0, crashed), config)
     assert mind.pending is None and said == []
     mind, said = decide.on_cluster(mind, Look(20.0, crashed), config)
@@ -827,7 +827,7 @@ def test_the_daemon_on_the_head_wants_a_restart_and_names_the_lost_node(tmp_path
     # a look taken before the last run ended says nothing of the cluster that run left
     old = decide.Mind(last_run_end=30.0)
     assert decide.on_cluster(old, Look(25.0, crashed), config) == (old, [])
-    lost = Verdict("unknown", "no answer from w1", {"w1": "unreachable: ssh timed out"})
+    lost = ClusterVerdict("unknown", "no answer from w1", {"w1": "unreachable: ssh timed out"})
     mind, said = decide.on_cluster(decide.Mind(), Look(40.0, lost, ("w1",)), config)
     notes = [i for i in said if isinstance(i, do.Notify)]
     assert [(n.kind, n.subject) for n in notes] == [("node_unreachable", "w1")]
@@ -837,13 +837,13 @@ def test_the_daemon_on_the_head_wants_a_restart_and_names_the_lost_node(tmp_path
 def test_the_heads_last_look_is_published_node_by_node() -> None:
     """What status --json's ``cluster_watch`` and the exporter's sparkwarden_cluster_node_up
     (ClusterNodeDown) are made of: a node unreachable, or its engine down, is not up."""
-    from sparkwarden.cluster.verdict import Verdict
+    from sparkwarden.cluster.verdict import ClusterVerdict
     from sparkwarden.cluster.watch import Look, Watch
     from sparkwarden.daemon import decide, publish
 
     assert publish._cluster_watch(decide.Mind()) is None  # a lone host: nothing
     lines = {"head": "reachable, running", "w1": "unreachable", "w2": "reachable, exited"}
-    look = Look(1e9, Verdict("unknown", "no answer from w1", lines), ("w1",), ("head",))
+    look = Look(1e9, ClusterVerdict("unknown", "no answer from w1", lines), ("w1",), ("head",))
     said = publish._cluster_watch(decide.Mind(cluster=Watch(1, look)))
     assert said is not None and said["state"] == "unknown" and said["unreachable"] == ["w1"]
     assert said["nodes"] == {

@@ -17,8 +17,8 @@ import pytest
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
-from sparkwarden.daemon.beliefs import Identity
 from sparkwarden.daemon.handlers import WAKE, apply_admin
+from sparkwarden.daemon.kept import Identity
 from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
 from sparkwarden.surfaces.control_schema import HoldRequest

@@ -14,8 +14,8 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import Config, parse
 from sparkwarden.daemon import decide, gates, publish
 from sparkwarden.daemon import intents as do
-from sparkwarden.daemon.beliefs import GaveUp, Hold, OperatorStop
 from sparkwarden.daemon.decide import Mind, Pending
+from sparkwarden.daemon.kept import GaveUp, Hold, OperatorStop
 from sparkwarden.daemon.observe import EventSeen, HealthCheck, Observation, Recorded, Scrape
 from sparkwarden.evidence import triggers
 from sparkwarden.evidence.triggers import PastRun, Reason

@@ -1,4 +1,5 @@
-"""The level-triggered reconcile over tables of (beliefs, world), with an injected clock."""
+"""The level-triggered reconcile over tables of (the journal's facts, the world), with an
+injected clock."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.daemon import decide, gates
 from sparkwarden.daemon import intents as do
-from sparkwarden.daemon.beliefs import GaveUp, Hold, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.decide import Mind, Pending
+from sparkwarden.daemon.kept import GaveUp, Hold, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.observe import EventSeen, Recorded
-from sparkwarden.daemon.reconcile import SETTLE, Verdict, World, apply, reconcile
+from sparkwarden.daemon.reconcile import SETTLE, Reconciled, World, apply, reconcile
 from sparkwarden.evidence.triggers import PastRun
 from sparkwarden.restart.journal import RunRecord
 from tests.daemon.test_decide import cfg
@@ -42,12 +43,12 @@ def box(
 SERVING = Identity("vllm", "A", BOOTED.isoformat())
 
 
-def beliefs(**kw: object) -> Recorded:
+def recorded(**kw: object) -> Recorded:
     known = Recorded(None, None, (), 0.0, None, None, [], T, engine=SERVING)
     return replace(known, **kw)  # type: ignore[arg-type]
 
 
-def wanted(v: Verdict) -> tuple[str, str] | None:
+def wanted(v: Reconciled) -> tuple[str, str] | None:
     return None if v.want is None else (v.want.reason, v.want.target)
 
 
@@ -57,154 +58,155 @@ GAVE_UP = GaveUp("crash", "restart budget spent", T0.isoformat())
 REBOOT = RebootRequired("leak", (100.0, 90.0, 80.0), 20.0, T0.isoformat())
 FAILED_NOW = (PastRun("crash", "failed", T - 30, T - 5),)
 
-# (name, beliefs, world, wanted (reason, target) or None, command the wait ends with or None)
+# (name, the journal's facts, world, wanted (reason, target) or None, the command the wait ends
+# with or None)
 TABLE = [
-    ("serving: nothing to do", beliefs(), (box(),), None, None),
+    ("serving: nothing to do", recorded(), (box(),), None, None),
     (
         "the engine believed in is no longer in llm.containers: not waited for, not started",
-        beliefs(engine=Identity("old-llm", "Z", BOOTED.isoformat())),
+        recorded(engine=Identity("old-llm", "Z", BOOTED.isoformat())),
         (),
         None,
         "sparkwarden restart",
     ),
     (
         "down, not stopped by hand: recover that ID",
-        beliefs(),
+        recorded(),
         (box("exited"),),
         ("crash", "A"),
         None,
     ),
     (
         "down a moment ago: the events settle first",
-        beliefs(),
+        recorded(),
         (box("exited", finished_ago=SETTLE / 2),),
         None,
         None,
     ),
     (
         "being removed (docker rm -f on a slow disk, past the settle time): never restarted",
-        beliefs(),
+        recorded(),
         (box("removing", finished_ago=SETTLE * 5),),
         None,
         None,
     ),
     (
         "dead (a removal failed half-way; Docker refuses to start it): never restarted",
-        beliefs(),
+        recorded(),
         (box("dead"),),
         None,
         "docker rm -f vllm",
     ),
     (
         "stopped by hand",
-        beliefs(operator_stopped=STOPPED),
+        recorded(operator_stopped=STOPPED),
         (box("exited"),),
         None,
         "docker start vllm",
     ),
     (
         "stopped by hand, since replaced and that one down: recover nothing of theirs",
-        beliefs(operator_stopped=STOPPED),
+        recorded(operator_stopped=STOPPED),
         (box("exited", cid="B"),),
         None,
         "docker start vllm",
     ),
     (
         "replaced by hand, not started",
-        beliefs(),
+        recorded(),
         (box("created", cid="B", started=None),),
         None,
         "docker start vllm",
     ),
     (
         "removed by hand",
-        beliefs(),
+        recorded(),
         (box("exited", name="other", cid="C"),),
         None,
         "docker start vllm",
     ),
-    ("held", beliefs(hold=HOLD), (box("exited"),), None, "sparkwarden release"),
+    ("held", recorded(hold=HOLD), (box("exited"),), None, "sparkwarden release"),
     (
         "gave up: reset ends it",
-        beliefs(gave_up=GAVE_UP),
+        recorded(gave_up=GAVE_UP),
         (box("exited"),),
         None,
         "sparkwarden reset",
     ),
     (
         "reboot required",
-        beliefs(reboot_required=REBOOT),
+        recorded(reboot_required=REBOOT),
         (box("exited"),),
         None,
         "reboot, then sparkwarden reset",
     ),
     (
         "backing off: still wanted, and said when",
-        beliefs(runs=FAILED_NOW),
+        recorded(runs=FAILED_NOW),
         (box("exited"),),
         ("crash", "A"),
         "sparkwarden restart",
     ),
     (
         "a run failed only at the gateway: the engine came back, no backoff",
-        beliefs(runs=(PastRun("crash", "failed", T - 30, T - 5, "gateway_probe"),)),
+        recorded(runs=(PastRun("crash", "failed", T - 30, T - 5, "gateway_probe"),)),
         (box("exited"),),
         ("crash", "A"),
         None,
     ),
     (
         "a durable retry keeps its reason",
-        beliefs(retry=Retry("unhealthy", "why", "A", T - 9)),
+        recorded(retry=Retry("unhealthy", "why", "A", T - 9)),
         (box("exited"),),
         ("unhealthy", "A"),
         None,
     ),
     (
         "a retry owed to an engine up again (a zombie): asked again",
-        beliefs(retry=Retry("unhealthy", "chat failed", "A", T - 9)),
+        recorded(retry=Retry("unhealthy", "chat failed", "A", T - 9)),
         (box(),),
         ("unhealthy", "A"),
         None,
     ),
     (
         "Docker's policy restarted it after a crash",
-        beliefs(),
+        recorded(),
         (box(started=T0 - timedelta(seconds=5), restarts=1),),
         ("crash", "A"),
         None,
     ),
     (
         "Docker's policy restarted it while nobody watched: still the sequence",
-        beliefs(engine=None),
+        recorded(engine=None),
         (box(restarts=1),),
         ("crash", "A"),
         None,
     ),
     (
         "an operator's docker start of it: adopted",
-        beliefs(),
+        recorded(),
         (box(started=T0 - timedelta(seconds=5)),),
         None,
         None,
     ),
     (
         "an operator's new container under the name: adopted",
-        beliefs(),
+        recorded(),
         (box(cid="B", started=T0 - timedelta(seconds=5)),),
         None,
         None,
     ),
     (
         "a second candidate up, the first dead: adopted, nobody restarted",
-        beliefs(),
+        recorded(),
         (box("exited"), box(name="other", cid="C")),
         None,
         None,
     ),
-    ("two candidates up", beliefs(), (box(), box(name="other", cid="C")), None, "docker stop …"),
+    ("two candidates up", recorded(), (box(), box(name="other", cid="C")), None, "docker stop …"),
     (
         "nothing believed, nothing up: wait for an operator",
-        beliefs(engine=None),
+        recorded(engine=None),
         (box("exited"),),
         None,
         "sparkwarden restart",
@@ -228,7 +230,7 @@ def test_reconcile_table(
 
 
 def test_an_engine_up_in_another_identity_is_adopted_and_a_retry_for_the_old_one_dropped() -> None:
-    known = beliefs(retry=Retry("crash", "drop_caches failed", "A", T - 30))
+    known = recorded(retry=Retry("crash", "drop_caches failed", "A", T - 30))
     theirs = box(cid="B", started=T0 - timedelta(seconds=5))
     verdict = reconcile(known, World((theirs,)), T, CFG)
     adopted = [i for i in verdict.intents if isinstance(i, do.Adopt)]
@@ -239,7 +241,7 @@ def test_an_engine_up_in_another_identity_is_adopted_and_a_retry_for_the_old_one
 def test_a_run_s_own_start_keeps_the_retry_it_owes() -> None:
     """The failed run started A before it ended: its retry stands (a zombie engine)."""
     ours = box(started=datetime.fromtimestamp(T - 40, UTC))
-    known = beliefs(retry=Retry("unhealthy", "chat failed", "A", T - 30))
+    known = recorded(retry=Retry("unhealthy", "chat failed", "A", T - 30))
     verdict = reconcile(known, World((ours,)), T, CFG)
     assert do.KeepRetry(None) not in verdict.intents
     assert wanted(verdict) == ("unhealthy", "A")
@@ -251,27 +253,27 @@ def test_a_run_s_own_start_keeps_the_retry_it_owes() -> None:
 
 def test_a_reset_means_the_next_look_recovers() -> None:
     down = World((box("exited"),))
-    assert reconcile(beliefs(gave_up=GAVE_UP), down, T, CFG).want is None
-    assert wanted(reconcile(beliefs(), down, T + 1, CFG)) == ("crash", "A")
+    assert reconcile(recorded(gave_up=GAVE_UP), down, T, CFG).want is None
+    assert wanted(reconcile(recorded(), down, T + 1, CFG)) == ("crash", "A")
 
 
 def test_docker_unreadable_is_waited_for() -> None:
-    verdict = reconcile(beliefs(), World((), "connection refused"), T, CFG)
+    verdict = reconcile(recorded(), World((), "connection refused"), T, CFG)
     assert verdict.want is None and verdict.waiting is not None
     assert "connection refused" in verdict.waiting.what
 
 
 def test_apply_makes_a_want_pending_once_and_says_a_wait_once() -> None:
-    verdict = reconcile(beliefs(), World((box("exited"),)), T, CFG)
+    verdict = reconcile(recorded(), World((box("exited"),)), T, CFG)
     mind, said = apply(Mind(), verdict, T)
     assert mind.pending == Pending("crash", mind.pending.why if mind.pending else "", T, target="A")
     again, said = apply(mind, verdict, T + 1)
     assert again.pending == mind.pending and said == []
     # the engine is back (an operator's start): the pending restart is forgotten
-    back = reconcile(beliefs(), World((box(started=T0),)), T + 2, CFG)
+    back = reconcile(recorded(), World((box(started=T0),)), T + 2, CFG)
     mind, _ = apply(again, back, T + 2)
     assert mind.pending is None
-    waiting = reconcile(beliefs(gave_up=GAVE_UP), World((box("exited"),)), T, CFG)
+    waiting = reconcile(recorded(gave_up=GAVE_UP), World((box("exited"),)), T, CFG)
     mind, said = apply(Mind(), waiting, T)
     assert [i.event for i in said if isinstance(i, do.Say)] == ["waiting"]
     _, said = apply(mind, waiting, T + 1)
@@ -340,17 +342,17 @@ def test_a_run_another_process_holds_the_lock_for_is_waited_for_never_restarted_
     """A ``cluster restart`` typed while the daemon runs stops the head's engine: its own stop,
     not a crash to want (each want was refused by the lock, look after look, in the log)."""
     busy = World((box("exited"),), running="reason cluster:manual, pid 4242")
-    verdict = reconcile(beliefs(), busy, T, CFG)
+    verdict = reconcile(recorded(), busy, T, CFG)
     assert verdict.want is None and verdict.waiting is not None
     assert "the run under way to end (reason cluster:manual, pid 4242)" in verdict.waiting.what
-    assert wanted(reconcile(beliefs(), World((box("exited"),)), T, CFG)) == ("crash", "A")
+    assert wanted(reconcile(recorded(), World((box("exited"),)), T, CFG)) == ("crash", "A")
 
 
 def test_the_restart_reconcile_wants_reaches_the_run_with_its_target() -> None:
     """The ID reconcile wants restarted is the only container the run may touch: the gates
     dropped it, so a container replaced between the decision and the act was restarted."""
-    verdict = reconcile(beliefs(), World((box("exited"),)), T, CFG)
+    verdict = reconcile(recorded(), World((box("exited"),)), T, CFG)
     mind, _ = apply(Mind(), verdict, T)
-    _, intents = gates.gate(mind, replace(beliefs(), read_at=T), None, None, T, CFG)
+    _, intents = gates.gate(mind, replace(recorded(), read_at=T), None, None, T, CFG)
     (restart,) = [i for i in intents if isinstance(i, do.Restart)]
     assert restart == do.Restart("crash", restart.why, target="A")

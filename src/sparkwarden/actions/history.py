@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import GaveUp, Kept
+from sparkwarden.daemon.kept import GaveUp, Kept
 from sparkwarden.restart.journal import Journal, RunRecord, iso
 from sparkwarden.surfaces.status_text import inert
 

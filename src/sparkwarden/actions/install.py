@@ -21,7 +21,7 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import ConfigError, NoSuchContainer, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.locate import DEFAULT_PATH, places, resolve_path
-from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart import docker_policy
 from sparkwarden.restart.journal import JOURNAL_FILE, Journal
 from sparkwarden.surfaces.status_text import duration

@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Literal
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import UP_STATUSES
@@ -52,8 +52,8 @@ from sparkwarden.cluster.looks import CALL_MARGIN, cluster_of, fan_out, inspect_
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
-from sparkwarden.restart.journal import Journal, RunRecord
-from sparkwarden.restart.parts import Observer
+from sparkwarden.restart.journal import Journal, Plan, RunRecord
+from sparkwarden.restart.parts import StepObserver
 from sparkwarden.restart.probes import Loading, Waits, prove_chat, prove_gateway, wait_healthy
 from sparkwarden.restart.recorder import Done, Recorder, failure
 from sparkwarden.restart.sequence import proving_plan
@@ -82,24 +82,33 @@ class ClusterParts:
     gateway: VllmClient | None = None
 
 
-#: What a cluster run writes in its plan about its stops and starts, before or as it acts; a run
-#: that proves a cut run's boot carries them, so that a proving run cut short is proven again.
-CARRIED: Final = (
-    "stop_head_sent",
-    "stop_workers_sent",
-    "llm_stopped_at",
-    "llm_started_at",
-    "cluster_started",
-)
+#: The head's own stop and start, noted in the plan as they are made.
+HeadMark = Literal["llm_stopped_at", "llm_started_at"]
+
+
+def carried(plan: Plan) -> Plan:
+    """What a cluster run wrote in its plan about its stops and starts, before or as it acted:
+    a run that proves a cut run's boot carries them, so that a proving run cut short is proven
+    again."""
+    marks: Plan = {}
+    for sent in ("stop_head_sent", "stop_workers_sent"):
+        if sent in plan:
+            marks[sent] = plan[sent]
+    for at in ("llm_stopped_at", "llm_started_at"):
+        if at in plan:
+            marks[at] = plan[at]
+    if "cluster_started" in plan:
+        marks["cluster_started"] = plan["cluster_started"]
+    return marks
 
 
 @dataclass(frozen=True)
 class Proving:
     """A boot a cut run started (and handed over): why it is proven rather than restarted, and
-    the cut run's marks (:data:`CARRIED`)."""
+    the cut run's marks (:func:`carried`)."""
 
     why: str
-    marks: dict[str, Any]
+    marks: Plan
 
 
 @dataclass(frozen=True)
@@ -223,7 +232,7 @@ def restart_cluster(
     config: Config,
     reason: str,
     parts: ClusterParts,
-    observer: Observer | None = None,
+    observer: StepObserver | None = None,
     adopt: dict[str, list[str]] | None = None,
     prove: Proving | None = None,
 ) -> ClusterOutcome:
@@ -236,12 +245,10 @@ def restart_cluster(
     the run is left open, voice still paused, for the next sparkwarden to prove and end."""
     run = _ClusterRun(config, parts, parts.journal.begin_run(reason), observer)
     run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
-    parts.journal.remember(
-        run.id,
-        cluster=[n.name for n in run.cluster.nodes],
-        cluster_voice=run.paused,
-        **(prove.marks if prove else {}),
-    )
+    facts: Plan = {**prove.marks} if prove else {}
+    facts["cluster"] = [n.name for n in run.cluster.nodes]
+    facts["cluster_voice"] = run.paused
+    parts.journal.remember(run.id, **facts)
     log.info("cluster_run_started", run=run.id, reason=reason)
     error: str | None = None
     failed: str | None = None
@@ -250,8 +257,10 @@ def restart_cluster(
     # The head's own stop and start, written before they are made: the daemon on the head
     # tells its engine's events from an operator's by them (``decide.ours``), as for a
     # single-host run.
-    def head_acts(key: str) -> None:
-        parts.journal.remember(run.id, **{key: time.time()})
+    def head_acts(key: HeadMark) -> None:
+        at: Plan = {}
+        at[key] = time.time()
+        parts.journal.remember(run.id, **at)
 
     handed_over = False
     try:
@@ -307,7 +316,7 @@ class _ClusterRun:
     """One cluster run: the steps, each journaled with every node's figures."""
 
     def __init__(
-        self, config: Config, parts: ClusterParts, run_id: int, observer: Observer | None
+        self, config: Config, parts: ClusterParts, run_id: int, observer: StepObserver | None
     ) -> None:
         self.config, self.parts, self.id = config, parts, run_id
         self.cluster = cluster_of(config)
@@ -330,7 +339,7 @@ class _ClusterRun:
         #: what a step not taken says in the journal
         self.skip_why = "not reached: an earlier step failed"
 
-    def restart_steps(self, head_acts: Callable[[str], None]) -> None:
+    def restart_steps(self, head_acts: Callable[[HeadMark], None]) -> None:
         """Steps 2-8: voice paused, every engine stopped, every node's memory back, the same
         containers started in the set-up's order. ``head_acts``: notes the head's own stop and
         start in the journal before they are made."""
@@ -430,8 +439,12 @@ class _ClusterRun:
         return Done(f"paused {said_all}", {"nodes": answers})
 
     def stop(self, nodes: list[ClusterNode]) -> Done:
-        step = "stop_head" if nodes and nodes[0] is self.head else "stop_workers"
-        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+        head = bool(nodes) and nodes[0] is self.head
+        step = "stop_head" if head else "stop_workers"
+        if head:
+            self.parts.journal.remember(self.id, stop_head_sent=True)
+        else:
+            self.parts.journal.remember(self.id, stop_workers_sent=True)
         timeout = self.config.llm.stop_timeout
 
         def stop(node: ClusterNode) -> dict[str, Any]:
@@ -504,8 +517,12 @@ class _ClusterRun:
         return Done(said, {"nodes": answers})
 
     def start(self, nodes: list[ClusterNode]) -> Done:
-        step = "start_head" if nodes and nodes[0] is self.head else "start_workers"
-        self.parts.journal.remember(self.id, **{f"{step}_sent": True})
+        head = bool(nodes) and nodes[0] is self.head
+        step = "start_head" if head else "start_workers"
+        if head:
+            self.parts.journal.remember(self.id, start_head_sent=True)
+        else:
+            self.parts.journal.remember(self.id, start_workers_sent=True)
 
         def start(node: ClusterNode) -> dict[str, Any]:
             return self.call(

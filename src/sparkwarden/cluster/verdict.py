@@ -61,7 +61,7 @@ class NodeView:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ClusterVerdict:
     state: ClusterState
     summary: str
     nodes: dict[str, str] = field(default_factory=dict)
@@ -157,7 +157,9 @@ def started_behind(views: list[NodeView], proof: Proof) -> list[str]:
     ]
 
 
-def judge(views: list[NodeView], head_health: str | None, proof: Proof | None = None) -> Verdict:
+def judge(
+    views: list[NodeView], head_health: str | None, proof: Proof | None = None
+) -> ClusterVerdict:
     """The cluster's state from every node's answer and the head's ``/health`` ("up", "dead",
     "loading", "no-answer", or None when not asked); ``proof``: what the head's journal knows
     (which start the cluster served from, its runs)."""
@@ -175,7 +177,7 @@ def judge(views: list[NodeView], head_health: str | None, proof: Proof | None = 
             for node, names in by_hand.items()
             for name in names
         )
-        return Verdict(
+        return ClusterVerdict(
             "stopped",
             f"stopped by hand: {named}, left alone; once started again the cluster is restarted "
             "as one (a new rank cannot join the running head), or: sparkwarden cluster restart",
@@ -183,35 +185,37 @@ def judge(views: list[NodeView], head_health: str | None, proof: Proof | None = 
         )
     if dead_workers and head.reachable and head.engine_up:
         said = f" though the head's /health says {head_health}" if head_health == "up" else ""
-        return Verdict(
+        return ClusterVerdict(
             "crashed",
             f"the engine on {', '.join(dead_workers)} is down{said}: the cluster cannot serve "
             "(a lost rank hangs every request); restart the cluster as one",
             lines,
         )
     if head.reachable and not head.engine_up and live_workers:
-        return Verdict(
+        return ClusterVerdict(
             "head-down",
             f"the head's engine is down; the ranks on {', '.join(live_workers)} stay up and will "
             "not rejoin a new head: restart the cluster as one",
             lines,
         )
     if head.reachable and head.engine_up and (behind := started_behind(views, proof)):
-        return Verdict(
+        return ClusterVerdict(
             "stale",
             f"{'; '.join(behind)}: a rank started behind the head's back never joins it (every "
             "request hangs though /health may say 200); restart the cluster as one",
             lines,
         )
     if unreachable:
-        return Verdict("unknown", f"no answer from {', '.join(unreachable)}: state unknown", lines)
+        return ClusterVerdict(
+            "unknown", f"no answer from {', '.join(unreachable)}: state unknown", lines
+        )
     if not head.engine_up:
-        return Verdict("down", "no engine runs on any node", lines)
+        return ClusterVerdict("down", "no engine runs on any node", lines)
     if head_health not in (None, "up"):
-        return Verdict(
+        return ClusterVerdict(
             "unhealthy", f"every rank runs but the head's /health is {head_health}", lines
         )
-    return Verdict("serving", f"all {len(views)} nodes run their engine", lines)
+    return ClusterVerdict("serving", f"all {len(views)} nodes run their engine", lines)
 
 
 def node_problems(views: list[NodeView], proof: Proof | None = None) -> list[str]:

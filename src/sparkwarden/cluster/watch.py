@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sparkwarden.cluster.verdict import ClusterState, Starts, Verdict
+from sparkwarden.cluster.verdict import ClusterState, ClusterVerdict, Starts
 
 #: The states only a restart of the whole cluster mends.
 MENDED_BY_RESTART: frozenset[ClusterState] = frozenset({"crashed", "stale", "head-down"})
@@ -25,7 +25,7 @@ class Look:
     """One look at every node from the head: the verdict, and the nodes that did not answer."""
 
     t: float
-    verdict: Verdict
+    verdict: ClusterVerdict
     unreachable: tuple[str, ...] = ()
     #: the nodes whose engine containers run
     engines_up: tuple[str, ...] = ()

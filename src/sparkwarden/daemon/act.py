@@ -17,12 +17,12 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
-from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
+from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Observer, Parts, Resume, StepEvent
+from sparkwarden.restart.parts import Parts, Resume, StepEvent, StepObserver
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 
@@ -196,7 +196,7 @@ class Hands(ClusterHands):
             "health_timeout_s": self.config.llm.health_timeout,
         }
 
-    def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> Observer:
+    def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> StepObserver:
         """Close the interrupted run as found at ``found_at`` (before the repair began), once
         the repair has written what it adopted."""
 

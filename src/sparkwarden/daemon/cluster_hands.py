@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Any
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
@@ -18,11 +17,11 @@ from sparkwarden.cluster import verdict as cluster_verdict
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
-from sparkwarden.daemon.beliefs import Kept
 from sparkwarden.daemon.handlers import ManualCall
-from sparkwarden.restart.journal import RunRecord
+from sparkwarden.daemon.kept import Kept
+from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Observer, Outcome, Parts, StepEvent
+from sparkwarden.restart.parts import Outcome, Parts, StepEvent, StepObserver
 
 log = logs.get("sparkwarden.daemon")
 
@@ -47,7 +46,7 @@ class ClusterHands:
         call: ManualCall | None,
         begun: Callable[[], None] = lambda: None,
         lease: float | None = None,
-    ) -> Observer:
+    ) -> StepObserver:
         """What a run (a lone host's, a cluster's) tells as it goes: status's step and boot,
         the run lock's run, an operator's stream, a published snapshot. ``begun``: called as
         the first step begins (the run has written what it adopted); ``lease``: the watchdog's,
@@ -174,7 +173,7 @@ class ClusterHands:
             # a host's run on what is now a cluster's head (an upgrade mid-run from before
             # clusters): its head's part of a cluster run, repaired as the cluster's
             head = self.config.cluster.nodes[0]
-            plan = {
+            plan: Plan = {
                 "cluster": [n.name for n in self.config.cluster.nodes],
                 "cluster_voice": {head.name: list(run.plan.get("voice_paused", []))},
                 "stop_head_sent": bool(run.plan.get("llm_stopped")),
@@ -199,9 +198,7 @@ class ClusterHands:
             up = state in ("serving", "unhealthy")  # every rank up, the head loading or not
             prove = None
             if up and cluster_seq.booted_by(views, dict(run.plan.get("cluster_started") or {})):
-                marks: dict[str, Any] = {
-                    k: run.plan[k] for k in cluster_seq.CARRIED if k in run.plan
-                }
+                marks = cluster_seq.carried(run.plan)
                 prove = cluster_seq.Proving(f"the boot run #{run.id} started", marks)
             if prove or (not up and not run.plan.get("handed_over")):
                 log.info("cluster_repair", run=run.id, cluster=state, prove=bool(prove))

@@ -18,7 +18,7 @@ from sparkwarden.cluster.looks import CALL_MARGIN, look
 from sparkwarden.cluster.verdict import Proof, judge, starts_of
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import Kept
+from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart.journal import Journal
 from sparkwarden.vllm.client import VllmClient
 

@@ -21,7 +21,6 @@ from sparkwarden.base.containers import ExitWatch
 from sparkwarden.base.cron import missed_run_due, next_fire
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.intents import (
     AdoptClusterStarts,
     ClearGaveUp,
@@ -38,6 +37,7 @@ from sparkwarden.daemon.intents import (
     TakeCanary,
     TakeOverPolicy,
 )
+from sparkwarden.daemon.kept import OperatorStop, RebootRequired, Retry
 from sparkwarden.daemon.observe import EventSeen, Observation, Recorded, Scrape
 from sparkwarden.evidence import acceptance, canary, canary_reading, triggers
 from sparkwarden.evidence.triggers import (
@@ -91,13 +91,13 @@ class Mind:
     cluster: cluster_watch.Watch = field(default_factory=cluster_watch.Watch)  # a head's looks
 
 
-Decision = tuple[Mind, list[Intent]]
+Transition = tuple[Mind, list[Intent]]
 
 
 # --- triggers ----------------------------------------------------------------------------------
 
 
-def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = None) -> Decision:
+def want(mind: Mind, reason: Reason, why: str, t: float, target: str | None = None) -> Transition:
     """Note a trigger; an urgent one replaces a planned one still waiting."""
     pending = mind.pending
     if pending is not None and (reason in PLANNED or pending.reason not in PLANNED):
@@ -141,7 +141,9 @@ def ours(name: str, action: str, t: float, runs: Sequence[RunRecord], stop_windo
     return False
 
 
-def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord] = ()) -> Decision:
+def on_event(
+    mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord] = ()
+) -> Transition:
     """A Docker event only tells who did what: an operator's ``docker stop`` (a ``kill`` with
     SIGTERM before the ``die``) is noted in the journal. Whether the engine is down, and what to
     do about it, is :mod:`~sparkwarden.daemon.reconcile`'s to say at the look the event hastens."""
@@ -171,7 +173,7 @@ def on_event(mind: Mind, seen: EventSeen, cfg: Config, runs: Sequence[RunRecord]
     return mind, intents
 
 
-def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+def on_look(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     """What Docker and the host said: restart policies, the memory floor and uptime. The loop acts
     on this before it reads the engine, so a floor pauses voice without waiting on slow HTTP
     reads."""
@@ -200,7 +202,7 @@ def on_look(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     """What the engine said, when its reads were due: acceptance and health."""
     t = seen.t
     intents: list[Intent] = []
@@ -239,7 +241,7 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Decision:
+def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Transition:
     """On a cluster's head, a look at every node: a dead rank seen ``cluster.confirm`` looks in
     a row wants the cluster restarted (as one: the hands run the cluster sequence); a node that
     stops answering is said and notified once, never acted on."""
@@ -267,7 +269,7 @@ def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Decision:
+def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     """Take a Docker restart policy that fights ours (``take-over``), or say, whenever the set
     changes, which ones ``leave`` keeps."""
     mode = cfg.llm.restart_policy
@@ -283,7 +285,7 @@ def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Decision:
     return replace(mind, left_at_risk=left), intents
 
 
-def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decision:
+def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Transition:
     mem = cfg.memory
     intents: list[Intent] = [
         Say(
@@ -311,7 +313,7 @@ def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Decisi
     return mind, intents
 
 
-def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
+def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Transition:
     """A /metrics read: one more look for the acceptance trigger. With a canary to confirm
     (the default), a low passive estimate only makes the canary come sooner."""
     if not cfg.acceptance.enabled:
@@ -332,7 +334,7 @@ def on_scrape(mind: Mind, scrape: Scrape, t: float, cfg: Config) -> Decision:
     return mind, intents
 
 
-def on_canary(mind: Mind, taken: canary_reading.Round, subject: str, cfg: Config) -> Decision:
+def on_canary(mind: Mind, taken: canary_reading.Round, subject: str, cfg: Config) -> Transition:
     """A drafting canary's outcome: the only thing that restarts for ``acceptance`` by default."""
     decided = canary.on_canary(mind.acc, mind.canary, taken, cfg.acceptance)
     state, tell = canary.tell(decided.canary, cfg.acceptance)
@@ -353,7 +355,7 @@ def canary_owed(mind: Mind, t: float, cfg: Config) -> bool:
     return cfg.acceptance.enabled and canary.wanted(mind.canary, t, cfg.acceptance)
 
 
-def on_clock(mind: Mind, now: datetime, crontab: BaseTrigger | None, cfg: Config) -> Decision:
+def on_clock(mind: Mind, now: datetime, crontab: BaseTrigger | None, cfg: Config) -> Transition:
     """Fire the nightly restart when its time has come; late by more than the grace (the loop
     was busy in a long sequence), it is skipped rather than run at a surprising hour."""
     due = mind.next_schedule
@@ -373,7 +375,7 @@ def catch_up(
     crontab: BaseTrigger | None,
     last_scheduled_run: datetime | None,
     cfg: Config,
-) -> Decision:
+) -> Transition:
     """At start-up: the next fire time, and a run to make up if one was missed within grace."""
     if crontab is None:
         return mind, []
@@ -388,7 +390,7 @@ def catch_up(
 # --- after a run -------------------------------------------------------------------------------
 
 
-def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> Decision:
+def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> Transition:
     """After each run: has what memory returns to after stop and drop kept falling, on this
     host or on any node of its cluster? (A cluster restarts as one: a node that leaks holds
     back every automatic restart, and the flag names it.)"""
@@ -413,7 +415,7 @@ def memory_trend(mind: Mind, facts: Recorded, ended: RunEnded, cfg: Config) -> D
     ]
 
 
-def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Decision:
+def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Transition:
     """Notify how it went; an automatic run that failed owes a retry (budget permitting)."""
     outcome, reason = ended.outcome, ended.reason
     watch = cluster_watch.after_run(mind.cluster)

@@ -17,9 +17,9 @@ from typing import Literal
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import GaveUp
-from sparkwarden.daemon.decide import Decision, Mind, on_scrape
+from sparkwarden.daemon.decide import Mind, Transition, on_scrape
 from sparkwarden.daemon.intents import ExpireHold, GiveUp, Intent, Notify, Restart, Say
+from sparkwarden.daemon.kept import GaveUp
 from sparkwarden.daemon.observe import Recorded, Scrape
 from sparkwarden.evidence import triggers
 from sparkwarden.evidence.triggers import PLANNED
@@ -39,14 +39,14 @@ def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
     return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
 
 
-Verdict = Literal["none", "dropped", "wait", "go"]
+Admission = Literal["none", "dropped", "wait", "go"]
 #: what a planned restart waits for while the engine sleeps (status shows it as the drain's note)
 ASLEEP = "the engine sleeps (put to sleep on purpose): a planned restart waits for it to wake"
 
 
 def _admit(
     mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config
-) -> tuple[Mind, list[Intent], Verdict]:
+) -> tuple[Mind, list[Intent], Admission]:
     """Every gate before the drain, in order: hold, gave up, stopped by hand, freshness, budget.
 
     It decides only on journal facts read at its own moment (``facts.read_at >= t``); older
@@ -111,7 +111,7 @@ def gate(
     sample: Scrape | None,
     t: float,
     cfg: Config,
-) -> Decision:
+) -> Transition:
     """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
     mind, intents, verdict = _admit(mind, facts, active, t, cfg)
     if verdict != "go":

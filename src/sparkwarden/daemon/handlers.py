@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkwarden.base import faults, logs
 from sparkwarden.base.errors import SparkwardenError
-from sparkwarden.daemon.beliefs import Hold, Kept
+from sparkwarden.daemon.kept import Hold, Kept
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Outcome
 from sparkwarden.surfaces.control import Answer, Peer

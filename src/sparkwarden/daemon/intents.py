@@ -12,7 +12,7 @@ from typing import Any, Literal
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.notices import Notice
 from sparkwarden.cluster.verdict import Starts
-from sparkwarden.daemon.beliefs import GaveUp, Identity, OperatorStop, RebootRequired, Retry
+from sparkwarden.daemon.kept import GaveUp, Identity, OperatorStop, RebootRequired, Retry
 from sparkwarden.evidence.triggers import Reason
 from sparkwarden.restart.parts import Outcome
 

@@ -33,10 +33,10 @@ from sparkwarden.config import schema as config_mod
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
-from sparkwarden.daemon.beliefs import Identity, Kept
 from sparkwarden.daemon.cluster_looks import ClusterLooks
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
 from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
+from sparkwarden.daemon.kept import Identity, Kept
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
 from sparkwarden.evidence import triggers
 from sparkwarden.restart.lock import RunLock
@@ -308,13 +308,12 @@ class Daemon:
         if ended is not None:
             self._after_run(ended)
 
-    def _decide(self, decision: decide.Decision) -> None:
+    def _decide(self, decision: decide.Transition) -> None:
         """Take the decider's word, have the hands act on it, and feed a run's result back."""
         self.mind, intents = decision
         ended, wrote = self.hands.carry_out(intents)
         if any(isinstance(i, Adopt) for i in intents):  # a new engine: nothing it said is known
-            self.observer.after_run(time.time(), ok=False)
-            self.observer.last_probe = ""
+            self.observer.adopted(time.time())
         if wrote:
             self.facts = self._read_journal()
         for take in [i for i in intents if isinstance(i, TakeCanary)]:  # a read: the observer's

@@ -17,7 +17,7 @@ from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState, choose_active
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import (
+from sparkwarden.daemon.kept import (
     GaveUp,
     Hold,
     Identity,
@@ -274,3 +274,9 @@ class Observer:
         self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.canary_interval}
         if ok:
             self.last_probe = "ok (the run's chat probe)"
+
+    def adopted(self, t: float) -> None:
+        """Another engine is watched now: check it at once; nothing its predecessor answered
+        (the last probe) is said of it."""
+        self.after_run(t, ok=False)
+        self.last_probe = ""

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.beliefs import Identity
-from sparkwarden.daemon.decide import Decision, Mind, Waiting, want
+from sparkwarden.daemon.decide import Mind, Transition, Waiting, want
 from sparkwarden.daemon.intents import Adopt, Intent, KeepRetry, Say
+from sparkwarden.daemon.kept import Identity
 from sparkwarden.daemon.observe import Recorded
 from sparkwarden.evidence import triggers
 
@@ -51,7 +51,7 @@ class Want:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Reconciled:
     intents: list[Intent] = field(default_factory=list)
     want: Want | None = None
     waiting: Waiting | None = None
@@ -73,16 +73,16 @@ def blocked(b: Recorded, now: float) -> Waiting | None:
     return None
 
 
-def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
+def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
     """Compare the engine sparkwarden believes serves (``b.engine``) with the candidates now."""
     if world.error:
-        return Verdict(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
+        return Reconciled(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
     if world.running:
-        return Verdict(waiting=Waiting(f"the run under way to end ({world.running})", "-"))
+        return Reconciled(waiting=Waiting(f"the run under way to end ({world.running})", "-"))
     up = [s for s in world.states if s.up]
     if len(up) > 1:
         names = ", ".join(s.name for s in up)
-        return Verdict(
+        return Reconciled(
             waiting=Waiting(f"one LLM candidate up, not {len(up)} ({names})", "docker stop …")
         )
     # an engine believed in that the config no longer names is the operator's business now
@@ -90,7 +90,7 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
     if up:
         return _up(b, up[0], now)
     if engine is None:
-        return Verdict(
+        return Reconciled(
             waiting=Waiting("an LLM container to watch (none seen serving)", "sparkwarden restart")
         )
     mine = next((s for s in world.states if s.id == engine.id), None)
@@ -100,22 +100,22 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
             what = f"{engine.name} to start (replaced by hand, {named.status})"
         else:
             what = f"{engine.name} to start (removed by hand)"
-        return Verdict(waiting=Waiting(what, f"docker start {engine.name}"))
+        return Reconciled(waiting=Waiting(what, f"docker start {engine.name}"))
     if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk:
-        return Verdict()  # the next look finds it gone (removed by hand)
+        return Reconciled()  # the next look finds it gone (removed by hand)
     if mine.status == "dead":  # a removal that failed half-way: Docker refuses to start it
         what = f"{mine.name} to be removed (Docker marks it dead: a removal failed)"
-        return Verdict(waiting=Waiting(what, f"docker rm -f {mine.name}"))
+        return Reconciled(waiting=Waiting(what, f"docker rm -f {mine.name}"))
     stop = b.operator_stopped
     if stop is not None and stop.id == mine.id:
-        return Verdict(
+        return Reconciled(
             waiting=Waiting(f"{mine.name} to start (stopped by hand)", f"docker start {mine.name}")
         )
     finished = mine.finished_at.timestamp() if mine.finished_at else None
     if finished is not None and now - finished < SETTLE:
-        return Verdict()  # the events around its exit say next look whose it was
+        return Reconciled()  # the events around its exit say next look whose it was
     if (held := blocked(b, now)) is not None:
-        return Verdict(waiting=held)
+        return Reconciled(waiting=held)
     why = f"{mine.name} is {mine.status} (exit code {mine.exit_code}"
     why += ", OOM-killed)" if mine.oom_killed else ")"
     retry = b.retry
@@ -123,10 +123,10 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Verdict:
     if retry is not None and retry.container_id in (None, mine.id):
         reason = triggers.automatic(retry.reason) or "crash"
         why = f"{why}; {retry.why}"
-    return Verdict(want=Want(reason, why, mine.id), waiting=_backoff(b, now, cfg, mine.name))
+    return Reconciled(want=Want(reason, why, mine.id), waiting=_backoff(b, now, cfg, mine.name))
 
 
-def _up(b: Recorded, running: ContainerState, now: float) -> Verdict:
+def _up(b: Recorded, running: ContainerState, now: float) -> Reconciled:
     """One candidate up: adopt it when it is not the engine believed in, or owe it a retry."""
     engine, seen = b.engine, Identity.of(running)
     if running.restart_count > 0:
@@ -134,9 +134,9 @@ def _up(b: Recorded, running: ContainerState, now: float) -> Verdict:
         # sparkwarden watched or not: the safe sequence must still run (any start through the
         # API, an operator's or a run's, sets RestartCount to 0).
         if (held := blocked(b, now)) is not None:
-            return Verdict(waiting=held)
+            return Reconciled(waiting=held)
         why = f"{running.name} died and Docker's restart policy started it again"
-        return Verdict(want=Want("crash", why, running.id, said="died_and_restarted_by_docker"))
+        return Reconciled(want=Want("crash", why, running.id, said="died_and_restarted_by_docker"))
     intents: list[Intent] = []
     retry = b.retry
     if seen != engine:
@@ -150,10 +150,10 @@ def _up(b: Recorded, running: ContainerState, now: float) -> Verdict:
             retry = None
     if retry is not None and (retry.container_id or seen.id) == seen.id:
         if (held := blocked(b, now)) is not None:
-            return Verdict(intents, waiting=held)
+            return Reconciled(intents, waiting=held)
         reason = triggers.automatic(retry.reason) or "crash"
-        return Verdict(intents, want=Want(reason, retry.why, seen.id))
-    return Verdict(intents)
+        return Reconciled(intents, want=Want(reason, retry.why, seen.id))
+    return Reconciled(intents)
 
 
 def _adopt_why(engine: Identity | None, seen: Identity) -> str:
@@ -172,7 +172,7 @@ def _backoff(b: Recorded, now: float, cfg: Config, name: str) -> Waiting | None:
     return Waiting(f"a retry of {name} at {at} ({spent.why})", "sparkwarden restart")
 
 
-def apply(mind: Mind, verdict: Verdict, t: float) -> Decision:
+def apply(mind: Mind, verdict: Reconciled, t: float) -> Transition:
     """Fold a verdict into what the daemon believes: a wanted restart becomes pending (the gates
     still let it through), and what it waits for is said once, when it changes."""
     stopped = cluster_watch.stopped_by_hand(mind.cluster)

@@ -199,7 +199,7 @@ def _learn(
 
 
 @dataclass(frozen=True)
-class Decision:
+class ReplayStep:
     """One scrape's outcome in a replay: a judged window (``judged``) and/or a fire."""
 
     t: float
@@ -210,7 +210,7 @@ class Decision:
 
 def replay(
     samples: Iterable[tuple[float, EngineMetrics | None]], cfg: AcceptanceConfig
-) -> Iterator[Decision]:
+) -> Iterator[ReplayStep]:
     """Feed recorded scrapes through :func:`observe`, exactly as the daemon does, on the trace's
     own clock; yields a decision per scrape that judged a window, fired, or changed the note."""
     state = AcceptanceState()
@@ -219,4 +219,4 @@ def replay(
         state, fire = observe(state, engine, t, cfg)
         judged = state.windows != before.windows
         if judged or fire or state.note != before.note:
-            yield Decision(t, state, judged, fire)
+            yield ReplayStep(t, state, judged, fire)

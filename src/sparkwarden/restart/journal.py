@@ -17,12 +17,42 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack, cast
 
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
 RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
 StepResult = Literal["ok", "failed", "skipped", "running"]
+
+
+class Plan(TypedDict, total=False):
+    """What a run writes of itself before it acts (``remember``): what a repair, the daemon's
+    reading of its own moves, and ``history`` read back. Each key is written only when true."""
+
+    #: which code ran it, and what the trigger measured
+    version: str
+    why: str
+    #: a lone host's run: the container it chose, the voice it paused (and how), its moves
+    container: str | None
+    voice_paused: list[str]
+    voice_mode: str
+    llm_stopped: bool
+    llm_stopped_at: float
+    llm_started: bool
+    llm_started_at: float
+    #: the run was cut mid-boot by sparkwarden stopping: the next one proves the boot
+    handed_over: float
+    #: a cluster's run: its nodes, the voice it paused per node (and what it could not resume),
+    #: each engine container's start it made, and which of its stops and starts were sent
+    cluster: list[str]
+    cluster_voice: dict[str, list[str]]
+    cluster_voice_left: dict[str, list[str]]
+    cluster_started: dict[str, dict[str, Any]]
+    stop_head_sent: bool
+    stop_workers_sent: bool
+    start_head_sent: bool
+    start_workers_sent: bool
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -89,7 +119,7 @@ class RunRecord:
     container_id: str | None
     error: str | None
     pid: int | None
-    plan: dict[str, Any]
+    plan: Plan
     steps: list[StepRecord] = field(default_factory=list)
 
     @property
@@ -222,7 +252,7 @@ class Journal:
                 (name, container_id, run_id),
             )
 
-    def remember(self, run_id: int, **facts: Any) -> None:
+    def remember(self, run_id: int, **facts: Unpack[Plan]) -> None:
         """Merge facts into the run's plan: written *before* the action they describe."""
         with self._tx() as db:
             row = db.execute("SELECT plan FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -395,7 +425,7 @@ class Journal:
             container_id=row["container_id"],
             error=row["error"],
             pid=row["pid"],
-            plan=json.loads(row["plan"]),
+            plan=cast(Plan, json.loads(row["plan"])),
             steps=steps,
         )
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.journal import Journal, StepResult
+from sparkwarden.restart.journal import Journal, Plan, StepResult
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
@@ -80,7 +80,7 @@ class StepEvent:
     total: int = len(STEPS)
 
 
-Observer = Callable[[StepEvent], None]
+StepObserver = Callable[[StepEvent], None]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Resume:
 
     @classmethod
     def from_plan(
-        cls, container: str | None, plan: dict[str, Any], container_id: str | None = None
+        cls, container: str | None, plan: Plan, container_id: str | None = None
     ) -> Resume | None:
         """What an interrupted run left to finish; None when it had touched nothing."""
         stopped_at = plan.get("llm_stopped_at")

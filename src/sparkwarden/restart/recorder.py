@@ -14,7 +14,7 @@ from typing import Any, Literal
 from sparkwarden.base import logs
 from sparkwarden.base.errors import RECORDED, HandedOver, SparkwardenError, StepFailed, scrub
 from sparkwarden.restart.journal import Journal, StepResult
-from sparkwarden.restart.parts import Observer, StepEvent
+from sparkwarden.restart.parts import StepEvent, StepObserver
 
 log = logs.get("sparkwarden.sequence")
 
@@ -38,7 +38,7 @@ class Recorder:
     journal: Journal
     run_id: int
     order: tuple[str, ...]
-    observer: Observer
+    observer: StepObserver
     #: Called once a step has acted, before it is recorded (tests: ``base/faults.py``).
     after_action: Callable[[str], None] = lambda _name: None
     #: Called as a step begins (the daemon's watchdog lease for that step).

@@ -30,7 +30,8 @@ from sparkwarden.base.containers import choose_active
 from sparkwarden.base.errors import HandedOver, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.parts import Observer, Outcome, Parts, Resume
+from sparkwarden.restart.journal import Plan
+from sparkwarden.restart.parts import Outcome, Parts, Resume, StepObserver
 from sparkwarden.restart.probes import Probes
 from sparkwarden.restart.recorder import UNRECORDABLE, Done, failure
 from sparkwarden.restart.step_names import STEPS
@@ -50,7 +51,7 @@ def restart(
     config: Config,
     reason: str,
     parts: Parts,
-    observer: Observer | None = None,
+    observer: StepObserver | None = None,
     resume: Resume | None = None,
     why: str = "",
     target: str | None = None,
@@ -69,7 +70,10 @@ def restart(
         raise SparkwardenError(f"the journal could not be written: {exc}") from None
     run = _Run(config, parts, run_id, observer)
     # which code ran it (an upgrade shows in history), and what the trigger measured
-    parts.journal.remember(run.id, version=version(), **({"why": why} if why else {}))
+    facts: Plan = {"version": version()}
+    if why:
+        facts["why"] = why
+    parts.journal.remember(run.id, **facts)
     run.repairing = resume is not None
     run.target = target
     log.info("run_started", run=run.id, reason=reason, version=version())

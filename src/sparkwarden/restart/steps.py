@@ -16,7 +16,7 @@ from sparkwarden.base.containers import voice_to_quiet as voice_to_quiet  # its 
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.memory_gate import drop_until
-from sparkwarden.restart.parts import Observer, Parts, Resume
+from sparkwarden.restart.parts import Parts, Resume, StepObserver
 from sparkwarden.restart.recorder import Done, Recorder
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm import doctor_rules, metrics, serve_flags
@@ -33,7 +33,7 @@ log = logs.get("sparkwarden.sequence")
 class RunState:
     """The state of one run the steps share: what it chose, paused and found, and its leases."""
 
-    def __init__(self, config: Config, parts: Parts, run_id: int, observer: Observer) -> None:
+    def __init__(self, config: Config, parts: Parts, run_id: int, observer: StepObserver) -> None:
         self.config = config
         self.parts = parts
         self.id = run_id

@@ -566,7 +566,11 @@ def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(bo
         pid = box.show("MainPID")
 
         def tasks() -> int:  # TasksCurrent needs the pids controller, which this box lacks
-            return int(box.ok(f"awk '/^Threads:/ {{print $2}}' /proc/{pid}/status"))
+            threads = box.ok(f"awk '/^Threads:/ {{print $2}}' /proc/{pid}/status 2>&1 || true")
+            if not threads.strip().isdigit():  # the daemon ended mid-flood: say how
+                said = box.sh("journalctl -u sparkwarden -n 30 --no-pager")[1]
+                raise AssertionError(f"the daemon (pid {pid}) is gone mid-flood:\n{said}")
+            return int(threads)
 
         before = tasks()
         ended: list[tuple[int, str]] = []

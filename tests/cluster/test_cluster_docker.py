@@ -598,7 +598,7 @@ def test_launcher_set_up_restarted_with_its_own_launcher(kit: ClusterKit, tmp_pa
         assert "ERROR   cluster" not in doctor, doctor
         result = engine.cli("cluster", "restart")
         assert result.returncode == 0, result.stdout + result.stderr
-        assert re.search(r"start_workers\s+ok .*the launcher ran: ", result.stdout), result.stdout
+        assert re.search(r"start_workers\s+ok .*the launcher ran:\s", result.stdout), result.stdout
         assert re.search(
             r"start_head\s+ok .*the launcher's containers run on head, w1", result.stdout
         )

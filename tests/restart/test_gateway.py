@@ -165,9 +165,9 @@ def test_without_shutdown_timeout_the_same_restart_cuts_requests(
     """The measurement above can fail: vLLM's default (0) aborts running requests at SIGTERM."""
     results, stop = restart_under_load(stage, make_daemon_config, tmp_path, gateway)
 
-    assert any(r.kind == "cut" for r in results)
-    assert stop["running_at_stop"] >= 1 and stop["shutdown_timeout"] is None
-    assert "running and cut" in stop["summary"]
+    assert stop["running_at_stop"] >= 1 and stop["shutdown_timeout"] is None, stop
+    assert "running and cut" in stop["summary"], stop
+    assert any(r.kind == "cut" for r in results), (stop, [r.kind for r in results])
 
 
 def test_the_watching_daemon_reports_a_failing_gateway_and_leaves_the_engine_alone(

@@ -632,7 +632,9 @@ def test_memory_floor_pauses_voice_and_resumes_it_when_memory_is_back(
     finally:
         del hog
     wait_for("voice resumed", lambda: stage.status(stt) == "running", timeout=20)
-    assert '"memory_floor"' in daemon.text() and '"voice_resumed_after_memory"' in daemon.text()
+    # said just after the unpause returns: waited for, not raced
+    wait_for("the resume said", lambda: '"voice_resumed_after_memory"' in daemon.text())
+    assert '"memory_floor"' in daemon.text(), daemon.text()
     assert daemon.history() == []  # a warning and a pause, not a restart
 
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,11 @@ from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
 from sparkwarden.daemon.handlers import WAKE, apply_admin
+from sparkwarden.daemon.intents import RunEnded
 from sparkwarden.daemon.kept import Identity
 from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
+from sparkwarden.restart.parts import Outcome
 from sparkwarden.surfaces.control_schema import HoldRequest
 from sparkwarden.vllm.client import ChatOutcome, Health
 
@@ -130,3 +133,42 @@ def test_the_memory_floor_pauses_voice_before_the_engine_is_read(
     daemon._tick(time.time())
     assert "pause tts" in rec.calls and "GET /metrics" in rec.calls
     assert rec.calls.index("pause tts") < rec.calls.index("GET /metrics")
+
+
+def test_a_runs_end_is_judged_after_its_transition_never_inside_it(
+    tmp_path: Path, closing: list[Daemon]
+) -> None:
+    """``_decide`` re-entered itself: a run's end was judged, and the box looked at again
+    (which decides again), from inside the transition that ran the run. Now each transition is
+    applied whole before what it leads to is taken up."""
+    daemon = make_daemon(tmp_path, Recorder(llm_status="exited"))
+    closing.append(daemon)
+    outcome = Outcome(7, True, "vllm", None, container_id="id")
+
+    def sequence(reason: str, why: str, call: object = None, target: str | None = None) -> RunEnded:
+        return RunEnded(reason, why, outcome, time.time())
+
+    daemon.hands.sequence = sequence  # type: ignore[assignment,method-assign]
+    applying: list[int] = [0]
+    deepest: list[int] = [0]
+    applied: list[str] = []
+    apply = daemon._apply
+
+    def one_at_a_time(decision: Any) -> None:
+        applying[0] += 1
+        deepest[0] = max(deepest[0], applying[0])
+        try:
+            apply(decision)
+            applied.append(type(decision[1][-1]).__name__ if decision[1] else "-")
+        finally:
+            applying[0] -= 1
+
+    daemon._apply = one_at_a_time  # type: ignore[method-assign]
+    daemon.kept.put_engine(Identity("vllm", "id", "2026-12-01T00:00:00+00:00"))  # seen serving
+    daemon.facts = daemon._read_journal()
+    daemon._tick(time.time())  # the engine is down: a crash restart is wanted
+    before = len(applied)
+    daemon._gate(time.time())  # through the gates: the run, its end judged, a look again
+    assert deepest[0] == 1, "a transition was applied inside another"
+    assert applied[before] == "Restart" and len(applied) > before + 3, applied
+    assert daemon.mind.last_run_end > 0  # the end was judged

@@ -13,10 +13,13 @@ pings only on a lease the main thread grants when it makes progress).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,9 +60,7 @@ class Daemon:
         self.reloaded: Config | None = None
         self.sd = SdNotify()
         self.watchdog = Watchdog(self.sd)
-        self.parts = Parts.from_config(config)
-        self.parts.heartbeat = self.watchdog.beat
-        self.parts.should_abort = lambda: self.stopping
+        self.parts = Parts.from_config(config, self.watchdog.beat, lambda: self.stopping)
         self.kept = Kept(self.parts.journal)
         self.queue: queue.Queue[Any] = queue.Queue()
         self.daemon_lock = RunLock(config.state.dir, "daemon.lock")
@@ -92,6 +93,9 @@ class Daemon:
             else None
         )
         self.stopping = False
+        #: what transitions led to, taken in order once each is done (``_drain``)
+        self.follow: collections.deque[Callable[[], None]] = collections.deque()
+        self.draining = False
         #: an event asks for a look by then (monotonic), sooner than the next tick
         self.look_by = float("inf")
         self.ready = False
@@ -306,10 +310,18 @@ class Daemon:
             return
         ended = self.hands.sequence(call.reason, f"requested by {call.by}", call=call)
         if ended is not None:
-            self._after_run(ended)
+            self.follow.append(functools.partial(self._after_run, ended))
+            self._drain()
 
     def _decide(self, decision: decide.Transition) -> None:
-        """Take the decider's word, have the hands act on it, and feed a run's result back."""
+        """Take the decider's word and have the hands act on it. What that leads to (a canary
+        to read, a run's end to judge and look after) follows once it is done, in order, each
+        from the mind as it is then: never from inside another transition."""
+        self._apply(decision)
+        self._drain()
+
+    def _apply(self, decision: decide.Transition) -> None:
+        """One transition: the new mind, its intents carried out, what follows queued."""
         self.mind, intents = decision
         ended, wrote = self.hands.carry_out(intents)
         if any(isinstance(i, Adopt) for i in intents):  # a new engine: nothing it said is known
@@ -317,19 +329,38 @@ class Daemon:
         if wrote:
             self.facts = self._read_journal()
         for take in [i for i in intents if isinstance(i, TakeCanary)]:  # a read: the observer's
-            taken = self.observer.drafting_canary(take.t)
-            if taken is not None:
-                active = self.seen.active if self.seen else None
-                subject = active.name if active else "llm"
-                learnt = self.mind.canary.baseline
-                self._decide(decide.on_canary(self.mind, taken, subject, self.config))
-                baseline = self.mind.canary.baseline
-                if baseline and baseline != learnt and active is not None:
-                    self.kept.put_canary_baseline(Identity.of(active), baseline)
+            self.follow.append(functools.partial(self._canary, take.t))
         if ended is not None:
-            self._after_run(ended)
+            self.follow.append(functools.partial(self._after_run, ended))
+
+    def _drain(self) -> None:
+        """What transitions led to, in order; a transition made meanwhile is applied at once
+        and what it leads to joins the end of the line (the outermost call drains it)."""
+        if self.draining:
+            return
+        self.draining = True
+        try:
+            while self.follow:
+                self.follow.popleft()()
+        finally:
+            self.draining = False
+
+    def _canary(self, t: float) -> None:
+        """The drafting canary the decider asked for, read and judged; a baseline learnt on
+        this engine is kept in the journal (it survives a restart of sparkwarden)."""
+        taken = self.observer.drafting_canary(t)
+        if taken is None:
+            return
+        active = self.seen.active if self.seen else None
+        subject = active.name if active else "llm"
+        learnt = self.mind.canary.baseline
+        self._decide(decide.on_canary(self.mind, taken, subject, self.config))
+        baseline = self.mind.canary.baseline
+        if baseline and baseline != learnt and active is not None:
+            self.kept.put_canary_baseline(Identity.of(active), baseline)
 
     def _after_run(self, ended: RunEnded) -> None:
+        """A run's end: the memory it left, its verdict, then a look at what the box is now."""
         self.observer.after_run(ended.at, ended.outcome.ok)
         self.facts = self._read_journal()
         self._decide(decide.memory_trend(self.mind, self.facts, ended, self.config))

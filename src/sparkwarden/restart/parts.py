@@ -40,7 +40,13 @@ class Parts:
     gateway: VllmClient | None = None
 
     @classmethod
-    def from_config(cls, config: Config) -> Parts:
+    def from_config(
+        cls,
+        config: Config,
+        heartbeat: Callable[[float], None] = lambda _lease: None,
+        should_abort: Callable[[], bool] = lambda: False,
+    ) -> Parts:
+        """The real adapters; a daemon hands in its watchdog's beat and its stop."""
         docker = DockerEngine(timeout=config.docker.timeout, retry_for=config.docker.retry_for)
         engines = docker_engines(docker, config.llm.containers)
         return cls(
@@ -50,6 +56,8 @@ class Parts:
             ),
             host=Host(),
             journal=Journal(config.state.dir),
+            heartbeat=heartbeat,
+            should_abort=should_abort,
             after_action=faults.stall_after_action(),
             # The gateway's listener is proven by root's ownership or a privileged port only.
             gateway=(

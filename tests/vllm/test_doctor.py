@@ -215,3 +215,67 @@ def test_a_drain_says_what_new_requests_get_meanwhile() -> None:
     assert "empty answer" in found["drain-answers"].message
     assert "'abort'" in found["drain-answers"].message
     assert "drain-answers" not in checks(attrs("vllm", "serve", "m"))  # 0: nothing answered so
+
+
+# --- vLLM 0.34: no share written means 1.0 with the extensible KV cache (issue 35) -----------
+
+
+def test_a_0_34_engine_without_a_share_takes_all_of_it_with_the_extensible_kv_cache() -> None:
+    """0.34.0's ``gpu_memory_utilization`` defaults to None, resolved to 1.0 while the extensible
+    KV cache is on (on by default on CUDA); doctor said 0.92 there, 0.33's figure."""
+    util = checks(attrs("vllm", "serve", "m"), release="0.34.0")["gpu-memory-utilization"]
+    assert util.severity == "error"
+    assert "vLLM 0.34.0's default 1 with the extensible KV cache" in util.message, util.message
+    assert "reserves 121 of 121 GiB (0 GiB left)" in util.message, util.message
+    assert util.fix == "use --gpu-memory-utilization 0.8 or less"
+    older = checks(attrs("vllm", "serve", "m"), release="0.33.0")["gpu-memory-utilization"]
+    assert "vLLM 0.33.0's default 0.92 reserves 111" in older.message, older.message
+
+
+@pytest.mark.parametrize(
+    "off",
+    [
+        ["--no-enable-extensible-kv-cache"],
+        ["--disable-extensible-kv-cache"],  # 0.34's EnableDisableAction pairs them
+        ["--enable-extensible-kv-cache=false"],
+        ["--kv-cache-memory-bytes", "60G"],  # sizes the cache itself: the extensible one is off
+        ["--num-gpu-blocks-override", "4096"],
+    ],
+)
+def test_a_0_34_engine_with_the_extensible_kv_cache_off_keeps_0_92(off: list[str]) -> None:
+    found = checks(attrs("vllm", "serve", "m", *off), release="0.34.0")
+    util = found["gpu-memory-utilization"]
+    assert "vLLM 0.34.0's default 0.92 reserves 111" in util.message, (off, util.message)
+    assert "extensible" not in util.message
+
+
+def test_a_share_written_as_vllms_other_spelling_is_read() -> None:
+    """``--device-memory-utilization`` is the same flag (arg_utils.py 0.33.0:1390, 0.34.0:1405):
+    doctor took such an engine for one with no share written."""
+    found = checks(attrs("vllm", "serve", "m", "--device-memory-utilization", "0.7"))
+    util = found["gpu-memory-utilization"]
+    assert util.severity == "info" and "--gpu-memory-utilization 0.7" in util.message, util.message
+
+
+def test_a_false_in_the_config_file_turns_a_switch_off_as_vllm_reads_it(tmp_path: Path) -> None:
+    """vLLM turns a YAML ``false`` into ``--no-KEY`` when that flag exists (argparse_utils.py
+    0.34.0:654-658): a dashed key, as its docs write them."""
+    (tmp_path / "vllm.yaml").write_text("enable-extensible-kv-cache: false\n")
+    a = attrs(
+        "vllm",
+        "serve",
+        "m",
+        "--config",
+        "/etc/vllm/vllm.yaml",
+        mounts=[{"Destination": "/etc/vllm", "Source": str(tmp_path)}],
+    )
+    util = checks(a, release="0.34.0")["gpu-memory-utilization"]
+    assert "0.92" in util.message and "extensible" not in util.message, util.message
+
+
+def test_a_release_newer_than_the_newest_known_is_said_not_guessed() -> None:
+    found = checks(attrs("vllm", "serve", "m", "--gpu-memory-utilization", "0.8"), release="0.35.1")
+    said = found["vllm-release"]
+    assert said.severity == "warning", said
+    assert "newer than 0.34.0, the newest release sparkwarden has read" in said.message
+    assert "judged as 0.34.0" in said.message

@@ -104,7 +104,16 @@ def check_llm(
 
     said, source = (release, "GET /version") if release else (image_release(attrs), "image tag")
     version = releases.parse(said)
-    if version is not None:
+    newest = releases.name(releases.NEWEST)
+    if version is not None and version > releases.NEWEST:
+        add(
+            "warning",
+            "vllm-release",
+            f"vLLM {said} (from its {source}) is newer than {newest}, the newest release "
+            f"sparkwarden has read: its defaults are judged as {newest}'s, unread",
+            "upgrade sparkwarden, or check this release's defaults against docs/vllm.md",
+        )
+    elif version is not None:
         add("info", "vllm-release", f"vLLM {said} (from its {source})", "none needed")
     else:
         add(
@@ -189,13 +198,33 @@ def gpu_utilization(
     """The share vLLM reserves, and how it was set: written, or the release's default."""
     text = flags.get("gpu-memory-utilization")
     if text is None:
-        default = releases.default_gpu_memory_utilization(version)
+        extensible = extensible_kv_cache(flags, version)
+        default = releases.default_gpu_memory_utilization(version, extensible)
         which = releases.name(version or releases.NEWEST)
-        return default, f"no --gpu-memory-utilization: vLLM {which}'s default {default:g}"
+        said = f"no --gpu-memory-utilization: vLLM {which}'s default {default:g}"
+        if extensible:
+            said += " with the extensible KV cache (on by default on CUDA: sized at start-up from "
+            said += "the memory then free)"
+        return default, said
     try:
         return float(text), f"--gpu-memory-utilization {text}"
     except ValueError:
         return None, f"--gpu-memory-utilization {text!r}"
+
+
+def extensible_kv_cache(flags: Mapping[str, str], version: releases.Release | None) -> bool:
+    """Whether the engine sizes its KV cache from the memory free at start-up (0.34.0's
+    extensible KV cache): on unless turned off, or the cache is sized another way."""
+    if version is not None and version < releases.EXTENSIBLE_KV_CACHE:
+        return False
+    asked = flags.get("enable-extensible-kv-cache", "").lower()
+    off = (
+        asked in ("false", "0", "no")
+        or "no-enable-extensible-kv-cache" in flags
+        or "disable-extensible-kv-cache" in flags
+    )
+    sized = "kv-cache-memory-bytes" in flags or "num-gpu-blocks-override" in flags
+    return not off and not sized
 
 
 def _memory(

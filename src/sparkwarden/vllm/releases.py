@@ -1,6 +1,6 @@
 """What changed between vLLM releases that sparkwarden relies on, each fact cited to the file of
 the released wheel it was read from (``pip download vllm==X --no-deps``; the wheels read: 0.12.0,
-0.27.0, 0.28.0, 0.29.0, 0.33.0). The engine names its release at ``GET /version``.
+0.27.0, 0.28.0, 0.29.0, 0.33.0, 0.34.0). The engine names its release at ``GET /version``.
 
 Only releases that were read are named: a fact said "from 0.27.0" may be older (no release
 between 0.12.0 and 0.27.0 was read).
@@ -13,7 +13,7 @@ import re
 Release = tuple[int, int, int]
 
 #: The newest release read: what is assumed when the engine does not say.
-NEWEST: Release = (0, 33, 0)
+NEWEST: Release = (0, 34, 0)
 
 
 def parse(text: str | None) -> Release | None:
@@ -31,12 +31,24 @@ def name(release: Release) -> str:
     return ".".join(map(str, release))
 
 
-def default_gpu_memory_utilization(release: Release | None) -> float:
+#: The extensible KV cache (``--enable-extensible-kv-cache``, arg_utils.py 0.34.0:1412-1415):
+#: on by default on CUDA when the flag is not given (``vllm/config/vllm.py`` 0.34.0:3180-3263),
+#: off when the cache is sized another way (``--kv-cache-memory-bytes``,
+#: ``--num-gpu-blocks-override``); the cache is then sized after warm-up from the memory
+#: measured free. Absent from 0.33.0.
+EXTENSIBLE_KV_CACHE: Release = (0, 34, 0)
+
+
+def default_gpu_memory_utilization(release: Release | None, extensible: bool = False) -> float:
     """vLLM's ``gpu_memory_utilization`` when the flag is not given (``vllm/config/cache.py``):
-    0.9 in 0.12.0 (line 49), 0.92 in 0.27.0 (68), 0.28.0 (69), 0.29.0 (111) and 0.33.0 (215).
-    A release between 0.12 and 0.27, or an unknown one, gets 0.92: the riskier of the two."""
+    0.9 in 0.12.0 (line 49), 0.92 in 0.27.0 (68), 0.28.0 (69), 0.29.0 (111) and 0.33.0 (215);
+    in 0.34.0 None (216), resolved to 1.0 while the extensible KV cache is on, else 0.92
+    (``resolved_gpu_memory_utilization``, 495-501; ``DEFAULT_GPU_MEMORY_UTILIZATION``, 186).
+    A release between 0.12 and 0.27, or an unknown one, gets the riskier figure."""
     if release is not None and release <= (0, 12, 99):
         return 0.9
+    if extensible and (release is None or release >= EXTENSIBLE_KV_CACHE):
+        return 1.0
     return 0.92
 
 

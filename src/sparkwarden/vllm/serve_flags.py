@@ -42,6 +42,9 @@ ALIASES: Mapping[str, str] = {
     "-n": "nnodes",
     "-r": "node-rank",
 }
+#: vLLM's other long spellings of one flag (``dest``): ``--device-memory-utilization`` is
+#: ``--gpu-memory-utilization`` (arg_utils.py 0.33.0:1390, 0.34.0:1405).
+SPELLED: Mapping[str, str] = {"device-memory-utilization": "gpu-memory-utilization"}
 #: ``-O`` is ``--optimization-level`` (argparse_utils.py 0.33.0:395-409), never a JSON flag.
 OPTIMIZATION = "optimization-level"
 #: Flags that take no value: the next word is not theirs.
@@ -59,6 +62,10 @@ SWITCHES = frozenset(
         "enable-auto-tool-choice",
         "enable-sleep-mode",
         "headless",
+        # 0.34.0: each --enable-x also reads as --disable-x (argparse_utils.py 0.34.0:120-145)
+        "enable-extensible-kv-cache",
+        "no-enable-extensible-kv-cache",
+        "disable-extensible-kv-cache",
     }
 )
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
@@ -82,8 +89,8 @@ OLD_SPEC_FLAGS = ("speculative-model", "num-speculative-tokens")
 
 def canonical(name: str) -> str:
     """A flag's name as vLLM's help spells it: dashes, no leading ``--``; an alias resolved."""
-    name = ALIASES.get(name, name)
-    return name.lstrip("-").replace("_", "-")
+    name = ALIASES.get(name, name).lstrip("-").replace("_", "-")
+    return SPELLED.get(name, name)
 
 
 def unwrap(argv: Sequence[str]) -> list[str]:
@@ -146,6 +153,8 @@ def read(argv: Sequence[str], config: Mapping[str, Any] | None = None) -> dict[s
         if isinstance(value, bool):
             if value:
                 flags[canonical(str(key))] = "true"
+            elif "_" not in str(key):  # vLLM adds --no-KEY as written, so a dashed key only
+                flags["no-" + canonical(str(key))] = "true"
         elif isinstance(value, dict | list):
             flags[canonical(str(key))] = json.dumps(value)
         elif value is not None:

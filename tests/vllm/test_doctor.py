@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,41 @@ def test_a_release_newer_than_the_newest_known_is_said_not_guessed() -> None:
     assert said.severity == "warning", said
     assert "newer than 0.34.0, the newest release sparkwarden has read" in said.message
     assert "judged as 0.34.0" in said.message
+
+
+def test_a_shutdown_timeout_that_is_not_whole_seconds_is_refused_by_vllm() -> None:
+    """``--shutdown-timeout`` is ``type=int`` (arg_utils.py 0.33.0:1940-1944, 0.34.0:1971-1976):
+    vLLM refuses "2.5" at start, so the drain sparkwarden plans for never happens."""
+    found = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "2.5"))
+    said = found["shutdown-timeout"]
+    assert said.severity == "error" and "whole number of seconds" in said.message, said
+    assert said.fix == "--shutdown-timeout 3"
+    whole = checks(attrs("vllm", "serve", "m", "--shutdown-timeout", "30"))
+    assert "shutdown-timeout" not in whole or whole["shutdown-timeout"].severity != "error"
+
+
+def test_an_api_server_kept_alive_over_a_dead_engine_is_named() -> None:
+    """``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``: the API server outlives a dead engine
+    (launchers/launcher.py 0.33.0:330-336), so Docker never sees the container exit."""
+    a = attrs("vllm", "serve", "m")
+    a["Config"]["Env"] = ["PATH=/usr/bin", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1"]
+    said = checks(a)["keep-alive-on-engine-death"]
+    assert said.severity == "warning" and "outlives a dead engine" in said.message, said
+    assert "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH" in said.fix
+    a["Config"]["Env"] = ["VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0"]
+    assert "keep-alive-on-engine-death" not in checks(a)
+
+
+@pytest.mark.parametrize(
+    ("method", "known"),
+    [("dflash", True), ("qwen3_next_mtp", True), ("ngram_gpu", True), ("dflsh", False)],
+)
+def test_a_speculative_method_vllm_does_not_build_in_is_named(method: str, known: bool) -> None:
+    spec = json.dumps({"method": method, "model": "some/drafter", "num_speculative_tokens": 4})
+    found = checks(attrs("vllm", "serve", "m", "--speculative-config", spec))
+    if known:
+        assert "speculative-method" not in found
+    else:
+        said = found["speculative-method"]
+        assert said.severity == "warning" and repr(method) in said.message, said
+        assert "plugin" in said.message

@@ -75,6 +75,19 @@ def shutdown_timeout(flags: Mapping[str, str]) -> float | None:
         return None
 
 
+def keeps_api_server_alive(env: list[str]) -> bool:
+    """``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH`` as vLLM reads it: ``bool(int(value))`` (envs.py
+    0.33.0:1108-1110)."""
+    for entry in env:
+        key, _, value = str(entry).partition("=")
+        if key == "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH":
+            try:
+                return bool(int(value or "0"))
+            except ValueError:
+                return False  # vLLM itself fails to start on it
+    return False
+
+
 def image_release(attrs: dict[str, Any]) -> str | None:
     """The release an image's tag names (``vllm/vllm-openai:v0.33.0``), if it names one."""
     image = str((attrs.get("Config") or {}).get("Image") or "")
@@ -146,6 +159,16 @@ def check_llm(
     spec = serve_flags.speculative(flags)
     if spec is not None:
         found += _speculative(name, flags, spec, version)
+    if keeps_api_server_alive(config.get("Env") or []):
+        add(
+            "warning",
+            "keep-alive-on-engine-death",
+            "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH is set: the API server outlives a dead engine "
+            "(launchers/launcher.py 0.33.0:330-336), so the container stays up and Docker "
+            "never tells its exit; sparkwarden then learns of the death only from /health and "
+            "its chat checks, a look or more later",
+            "remove VLLM_KEEP_ALIVE_ON_ENGINE_DEATH from the container's environment",
+        )
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"
     if policy in FIGHTING:
         add(
@@ -296,6 +319,19 @@ def _speculative(
             )
         )
     method = serve_flags.method(spec)
+    if method not in serve_flags.BUILT_IN_METHODS:
+        found.append(
+            Finding(
+                "warning",
+                name,
+                "speculative-method",
+                f"speculative method {method!r} is not one vLLM builds in (0.33.0, 0.34.0): "
+                "vLLM starts only if a plugin in the image registered it (0.34.0), else it "
+                "refuses the config",
+                "check the spelling (dflash, eagle3, mtp, ngram, ...), or that the plugin "
+                "registering it is installed",
+            )
+        )
     how = "" if spec.get("method") else f", inferred from the drafter {spec.get('model')!r}"
     what = f"speculative decoding ({method}{how})"
     if method in serve_flags.NO_DRAFTER:
@@ -378,6 +414,17 @@ def _shutdown(
         drain = serve_flags.shutdown_timeout(flags)
     except ValueError as exc:
         return [Finding("error", name, "shutdown-timeout", str(exc), "give it a number of seconds")]
+    if drain != int(drain):  # type=int: arg_utils.py 0.33.0:1940-1944, 0.34.0:1971-1976
+        return [
+            Finding(
+                "error",
+                name,
+                "shutdown-timeout",
+                f"--shutdown-timeout {flags['shutdown-timeout']} is not a whole number of "
+                "seconds: vLLM refuses it at start (it takes an int)",
+                f"--shutdown-timeout {math.ceil(drain)}",
+            )
+        ]
     if drain <= 0:
         return []
     need = drain + SHUTDOWN_MARGIN

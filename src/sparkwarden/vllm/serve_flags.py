@@ -268,6 +268,24 @@ def speculative(flags: Mapping[str, str]) -> dict[str, Any] | None:
 #: Methods that run no draft model, hence hold no drafter scratch (``SpeculativeMethod``,
 #: vllm/config/speculative.py 0.33.0:74).
 NO_DRAFTER = frozenset({"ngram", "ngram_gpu", "suffix"})
+#: The methods built into vLLM (``SpeculativeMethod``, ``vllm/config/speculative.py``
+#: 0.33.0:68-82, 0.34.0:84-98; every ``*_mtp`` model type is ``mtp``): 0.33.0 also infers
+#: ``custom_class`` from a proposer's path; 0.34.0 takes a name a plugin registered instead.
+BUILT_IN_METHODS = frozenset(
+    {
+        "ngram",
+        "draft_model",
+        "suffix",
+        "custom_class",
+        "eagle",
+        "eagle3",
+        "extract_hidden_states",
+        "mtp",
+        "dflash",
+        "ngram_gpu",
+        "dspark",
+    }
+)
 
 
 def method(spec: Mapping[str, Any]) -> str:

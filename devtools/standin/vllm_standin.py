@@ -40,7 +40,11 @@ teardown (``--stop-delay``), during which a new request gets no answer until the
 
 ``--sleep-level N`` starts it asleep as after vLLM's ``POST /sleep?level=N`` (``POST /sleep`` and
 ``POST /wake_up`` work too): ``vllm:engine_sleep_state`` awake 0, ``/health`` 200, and a chat is
-refused with 503 "engine_paused" (core.py ``_reject_add_while_paused``). ``--max-num-queued-reqs N``
+taken and queued, unanswered, until the engine wakes (core.py 0.33.0:993-1029, ``sleep`` pauses
+the scheduler: "Requests are still accepted but not processed"; 0.34.0 the same). Only the
+dev-mode ``POST /pause`` (``pause_generation``, ``POST /resume`` ends it) refuses chats with 503
+(core.py 0.33.0 ``_reject_add_while_paused``; 0.34.0:2456-2461: "Other pauses (e.g. sleep) leave
+this policy unchanged"). ``--max-num-queued-reqs N``
 turns away a request that finds N unfinished with 503, counted in
 ``vllm:admission_rejections_total`` (0.33.0). ``--tool-call-parser`` adds the parser's
 ``vllm:tool_call_parser_invocations_total`` to the page, also under ``--metrics no-stats``.
@@ -123,7 +127,8 @@ class Engine:
         self.stopping = False  # SIGTERM seen: new requests are answered "abort"
         self.aborting = False  # running requests are cut
         self.tearing_down = False  # the engine core is gone: new requests get no answer
-        self.sleep_level: int | None = args.sleep_level  # None: awake
+        self.sleep_level: int | None = args.sleep_level  # None: awake; asleep, requests queue
+        self.paused = False  # POST /pause (pause_generation): new requests refused with 503
         self.slept = args.sleep_level is not None  # sleep was asked for: the gauge is shown
         self.rejected = dict.fromkeys(ADMISSION_REASONS, 0)
         self._last = time.monotonic()
@@ -145,7 +150,9 @@ class Engine:
         ticket = object()
         with self.cond:
             self.queue.append(ticket)
-            while self.queue.index(ticket) >= self.contention.limit and not self.aborting:
+            while (
+                self.queue.index(ticket) >= self.contention.limit or self.sleep_level is not None
+            ) and not self.aborting:  # its turn, and an engine awake: asleep, requests queue
                 self.cond.wait(0.1)
             self._settle()
             self.extra_running += 1
@@ -663,7 +670,7 @@ QUEUE_FULL = (
     "The engine is currently busy and cannot accept new requests. "
     "Please try again later or on a different instance."
 )
-#: ... and for one arriving while the engine sleeps (vllm/v1/engine/core.py:1806)
+#: ... and for one arriving while generation is paused (``POST /pause``, core.py 0.33.0:1806)
 PAUSED = "Generation is paused. Please retry after it resumes."
 
 
@@ -779,8 +786,16 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             path, _, query = self.path.partition("?")
             if path in ("/sleep", "/wake_up"):  # vLLM's dev endpoints (VLLM_SERVER_DEV_MODE=1)
                 level = query.removeprefix("level=") if query.startswith("level=") else "1"
-                engine.slept = True
-                engine.sleep_level = int(level) if path == "/sleep" and level.isdigit() else None
+                with engine.cond:
+                    engine.slept = True
+                    engine.sleep_level = (
+                        int(level) if path == "/sleep" and level.isdigit() else None
+                    )
+                    engine.cond.notify_all()  # woken: what queued goes on
+                self._send(200, b"")
+                return
+            if path in ("/pause", "/resume"):  # pause_generation (rl/online/api_router.py)
+                engine.paused = path == "/pause"
                 self._send(200, b"")
                 return
             if self.path != "/v1/chat/completions":
@@ -811,7 +826,7 @@ def make_handler(engine: Engine, args: argparse.Namespace) -> type[BaseHTTPReque
             if engine.stopping:  # draining after SIGTERM: answered at once, nothing generated
                 self._aborted(bool(body.get("stream")), body.get("stream_options"))
                 return
-            if engine.sleep_level is not None:  # asleep: generation paused, new requests refused
+            if engine.paused:  # pause_generation: new requests refused (asleep, they queue)
                 self._error(503, PAUSED, "ServiceUnavailableError")
                 return
             if engine.ranks is not None:

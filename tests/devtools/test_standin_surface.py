@@ -146,19 +146,33 @@ def test_version_names_the_release() -> None:
     closed.close()
 
 
-def test_a_sleeping_engine_says_so_and_refuses_chats_until_woken() -> None:
+def test_a_sleeping_engine_says_so_and_queues_chats_until_woken() -> None:
+    """As vLLM 0.33/0.34: asleep, a chat is taken and left unanswered (shown waiting) until the
+    engine wakes; only ``/pause`` (pause_generation) refuses one with 503."""
     with standin("--sleep-level", "1") as (url, _):
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
         asleep = parse(httpx.get(f"{url}/metrics", timeout=5).text)
-        refused = post(url)
+        answers: list[Any] = []
+        queued = threading.Thread(target=lambda: answers.append(post(url, timeout=30)))
+        queued.start()
+        wait_for("the chat queued", lambda: parse(httpx.get(f"{url}/metrics").text).waiting == 1)
+        time.sleep(1.0)
+        assert answers == []  # still unanswered, a second later
         httpx.post(f"{url}/wake_up", timeout=5)
+        queued.join(timeout=10)
         awake = parse(httpx.get(f"{url}/metrics", timeout=5).text)
         answered = post(url)
+        httpx.post(f"{url}/pause", timeout=5)
+        refused = post(url)
+        httpx.post(f"{url}/resume", timeout=5)
+        resumed = post(url)
         httpx.post(f"{url}/sleep?level=2", timeout=5)
         deeper = parse(httpx.get(f"{url}/metrics", timeout=5).text)
     assert asleep.sleeping and asleep.sleep_level == 1
+    assert [a.status_code for a in answers] == [200]  # the queued chat, answered once woken
+    assert not awake.sleeping and awake.waiting == 0 and answered.status_code == 200
     assert refused.status_code == 503 and "paused" in refused.text
-    assert not awake.sleeping and answered.status_code == 200
+    assert resumed.status_code == 200
     assert deeper.sleeping and deeper.sleep_level == 2
 
 

@@ -13,6 +13,7 @@ from sparkwarden.evidence.canary import (
     WORKLOAD_NOT_DRAFTER,
     CanaryState,
     judge,
+    light,
     observe,
     snapshot,
     status_note,
@@ -94,6 +95,21 @@ def test_a_canary_waits_for_the_engine_to_idle_and_for_its_interval() -> None:
     state, due = observe(state, engine.metrics(), CALM, 600.0, CFG)
     assert not due  # healthy passive estimate: the full interval
     state, due = observe(state, engine.metrics(), CALM, 1830.0, CFG)
+    assert due
+
+
+def test_an_engine_asleep_is_never_idle_for_a_canary() -> None:
+    """Asleep, vLLM takes a chat and leaves it unanswered until it wakes (core.py 0.33.0:
+    993-1029): a canary sent then hung the daemon's loop for its timeout and was discarded."""
+    engine, state = Engine(), COUNTERS_ONLY
+    asleep = replace(engine.metrics(), sleeping=True, sleep_level=1)
+    for t in (0.0, 25.0, 2000.0):
+        state, due = observe(state, asleep, CALM, t, CFG)
+        assert not due, t
+    assert not light(state, asleep, CFG)
+    state, due = observe(state, engine.metrics(), CALM, 2010.0, CFG)
+    assert not due  # woken: idle only since now
+    state, due = observe(state, engine.metrics(), CALM, 2040.0, CFG)
     assert due
 
 

@@ -148,7 +148,8 @@ def test_failing_canary_behind_a_200_counts() -> None:
 
 
 def test_a_sleeping_engine_is_reported_sleeping_never_restarted() -> None:
-    """Asleep (``/sleep``): /health 200, chats refused with 503, requests kept frozen."""
+    """Asleep (``/sleep``): /health 200, a chat that fails meanwhile (queued past its timeout, or
+    refused with 503 while generation is paused) is no failure, requests kept frozen."""
     paused = ChatOutcome(False, "HTTP 503: Generation is paused. Please retry after it resumes.")
     asleep = EngineMetrics(
         None, 2.0, 0.0, 5000.0, prompt_tokens=9000.0, sleeping=True, sleep_level=1

@@ -221,8 +221,11 @@ class Observer:
         health = vllm.health(timeout=cfg.health.timeout)
         engine = self.last_scrape.engine
         busy = engine is not None and engine.busy and not stuck
+        # asleep, vLLM takes a chat and leaves it unanswered until it wakes (core.py 0.33.0:
+        # 993-1029): a canary would hang the loop for its timeout and prove nothing
+        asleep = engine is not None and engine.sleeping
         canary_due = cfg.health.canary_interval > 0 and t >= self.due["canary"]
-        if not confirm_stall and (not canary_due or health.status != "up" or busy):
+        if not confirm_stall and (not canary_due or health.status != "up" or busy or asleep):
             return HealthCheck(health, None, engine)
         self.due["canary"] = t + cfg.health.canary_interval
         model = cfg.llm.model or vllm.served_model()

@@ -100,7 +100,10 @@ def observe(
     if spec is not None:
         state = replace(state, last_spec=spec)
     state = _suspicion(state, passive, t, cfg)
-    idle = engine is not None and engine.running == 0 and engine.waiting == 0
+    # asleep, vLLM queues a request unanswered until it wakes: no spell of sleep is idle
+    idle = (
+        engine is not None and engine.running == 0 and engine.waiting == 0 and not engine.sleeping
+    )
     if not idle or spec is None:
         state = replace(state, idle_since=None)
     elif state.idle_since is None:
@@ -115,7 +118,7 @@ def light(state: CanaryState, engine: EngineMetrics | None, cfg: AcceptanceConfi
     """Busy, but a canary reading its own stats still counts: nobody waits (it takes no user's
     place) and at most ``canary_max_running`` run. Also while it is not known yet whether the
     answers carry their own stats: one canary finds out (discarded if they do not)."""
-    if state.own_stats is False or engine is None or engine.running is None:
+    if state.own_stats is False or engine is None or engine.running is None or engine.sleeping:
         return False
     return engine.waiting == 0 and engine.running <= cfg.canary_max_running
 

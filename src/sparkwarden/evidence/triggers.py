@@ -85,8 +85,9 @@ def health_observe(
     not); a failed chat restarts, an answered one is reported as a stuck gauge, not restarted.
 
     An engine put to sleep (``vllm:engine_sleep_state`` awake 0) answers ``/health`` 200 and
-    refuses chats: it is reported as sleeping; its refused chats and frozen tokens are no
-    failures, only ``/health`` failing still is."""
+    queues chats unanswered until it wakes (vLLM's ``sleep`` pauses the scheduler): it is
+    reported as sleeping; its hanging chats and frozen tokens are no failures, only ``/health``
+    failing still is."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
     if uptime_s < boot_grace:

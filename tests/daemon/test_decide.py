@@ -186,6 +186,26 @@ def test_memory_floor_pause_voice_pauses_then_resumes() -> None:
     assert do.ResumeVoiceAfterMemory() in intents and mind.pending is None
 
 
+def test_a_floor_breach_that_is_the_engines_own_cache_restarts_nothing() -> None:
+    """vLLM 0.34 with no --gpu-memory-utilization sizes its KV cache to the memory free at its
+    start: under the floor is then its own cache, and a restart would take it again (until the
+    budget gave up). The breach is said with its cause and doctor's fix; nothing restarts."""
+    restart = cfg(memory={"floor_gib": 8, "floor_for": "60s", "floor_action": "restart"})
+    why = "no --gpu-memory-utilization: vLLM 0.34.0's default 1 with the extensible KV cache"
+    seen = Observation(T, up_since(7200), "", Memory(1.0, 128.0), fills_memory=why)
+    mind, _ = decide.on_look(Mind(), seen, restart)
+    mind, intents = decide.on_look(mind, replace(seen, t=T + 61), restart)
+    assert mind.pending is None, mind.pending
+    (said,) = [i for i in intents if isinstance(i, do.Say) and i.event == "memory_floor"]
+    assert said.fields["action"] == "warn" and "sparkwarden doctor" in str(said.fields["cause"])
+    (told,) = [i for i in intents if isinstance(i, do.Notify)]
+    assert "the engine's own KV cache" in told.summary and why in told.summary
+    # an engine that leaves room: the same breach restarts it, as the operator asked
+    mind, _ = decide.on_look(Mind(), replace(seen, fills_memory=""), restart)
+    mind, _ = decide.on_look(mind, replace(seen, t=T + 61, fills_memory=""), restart)
+    assert mind.pending is not None and mind.pending.reason == "memory"
+
+
 def test_a_drafting_canary_is_taken_when_idle_and_only_its_verdict_restarts() -> None:
     from sparkwarden.evidence import canary_reading
     from sparkwarden.vllm.metrics import SpecDecode

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from sparkwarden.vllm import serve_flags
-from sparkwarden.vllm.doctor_rules import check_llm, host_path, vllm_config_file
+from sparkwarden.vllm.doctor_rules import (
+    check_llm,
+    fills_free_memory,
+    host_path,
+    vllm_config_file,
+)
 from tests.kits.seed_lines import DFLASH_REPORT, UNSLOTH_RECIPE
 
 SPEC = '{"method": "dflash", "num_speculative_tokens": 15}'
@@ -318,3 +323,19 @@ def test_a_speculative_method_vllm_does_not_build_in_is_named(method: str, known
         said = found["speculative-method"]
         assert said.severity == "warning" and repr(method) in said.message, said
         assert "plugin" in said.message
+
+
+def test_an_engine_that_takes_the_memory_free_at_its_start_is_known_by_its_flags() -> None:
+    """What the daemon reads of the engine it watches (once per start): vLLM 0.34 with no share
+    sizes its KV cache to what is free, so a floor breach is its own cache."""
+    bare = attrs("vllm", "serve", "m")
+    said = fills_free_memory(bare, "0.34.0")
+    assert said is not None and "extensible KV cache" in said, said
+    assert fills_free_memory(bare, "0.33.0") is None
+    assert (
+        fills_free_memory(attrs("vllm", "serve", "m", "--gpu-memory-utilization", "0.8"), "0.34.0")
+        is None
+    )
+    assert fills_free_memory(
+        attrs("vllm", "serve", "m", "--gpu-memory-utilization", "1.0"), "0.33.0"
+    )

@@ -4,11 +4,13 @@ queue limits turned away, in ``status`` and in sparkwarden's own metrics."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -116,3 +118,42 @@ def _running(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=5).text
     line = next(ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{"))
     return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.mark.docker
+def test_a_floor_breach_on_an_engine_that_takes_the_free_memory_restarts_nothing(
+    stage: Stage, make_daemon_config: Any, tmp_path: Path
+) -> None:
+    """vLLM 0.34 with no --gpu-memory-utilization takes what is free at its start: the floor
+    (here above the whole machine, so breached at once) is its own cache. With floor_action
+    "restart" the daemon says so with doctor's fix, and restarts nothing."""
+    llm, port = stage.llm("llm", "--vllm-version", "0.34.0")
+    wait_healthy(port)
+    above_all = psutil.virtual_memory().total / 2**30 + 8
+    config = make_daemon_config(
+        [llm],
+        port,
+        health=WATCH,
+        memory={"floor_gib": round(above_all), "floor_for": "1s", "floor_action": "restart"},
+    )
+    daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
+    try:
+        said = wait_for(
+            "the breach said with its cause",
+            lambda: next(
+                (
+                    ln
+                    for ln in daemon.text().splitlines()
+                    if '"memory_floor"' in ln and "cause" in ln
+                ),
+                None,
+            ),
+            timeout=30,
+        )
+        daemon.after_looks(8)
+    finally:
+        daemon.stop()
+    assert daemon.history() == []  # never restarted for its own cache
+    floor = json.loads(said)
+    assert floor["action"] == "warn" and "sparkwarden doctor" in floor["cause"], floor
+    assert "vLLM 0.34.0's default 1 with the extensible KV cache" in floor["cause"], floor

@@ -187,7 +187,7 @@ def on_look(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     memory, alert = triggers.memory_observe(mind.memory, seen.memory.available_gib, t, cfg.memory)
     mind = replace(mind, memory=memory)
     if alert == "alert":
-        mind, more = _memory_floor(mind, seen.memory.available_gib, t, cfg)
+        mind, more = _memory_floor(mind, seen.memory.available_gib, t, cfg, seen.fills_memory)
         intents += more
     elif alert == "recovered":
         available = round(seen.memory.available_gib, 1)
@@ -285,30 +285,45 @@ def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     return replace(mind, left_at_risk=left), intents
 
 
-def _memory_floor(mind: Mind, available: float, t: float, cfg: Config) -> Transition:
+#: What a floor breach is when the engine's own defaults took the memory (vLLM 0.34).
+ENGINES_OWN = (
+    "the engine's own KV cache: it takes the memory free at its start, and a restart would "
+    "take it again; run 'sparkwarden doctor' and set --gpu-memory-utilization"
+)
+
+
+def _memory_floor(
+    mind: Mind, available: float, t: float, cfg: Config, fills_memory: str = ""
+) -> Transition:
+    """A floor breach: said, and acted on as ``floor_action`` says, except that an engine whose
+    own defaults take the memory free at its start (``fills_memory``: vLLM 0.34 with no
+    ``--gpu-memory-utilization``) is not restarted for it: that is the engine's own cache, and
+    doctor's error is the fix."""
     mem = cfg.memory
+    action = "warn" if fills_memory and mem.floor_action == "restart" else mem.floor_action
+    said: dict[str, object] = {
+        "available_gib": round(available, 1),
+        "floor_gib": mem.floor_gib,
+        "action": action,
+    }
+    cause = ""
+    if fills_memory:
+        said["cause"] = f"{ENGINES_OWN} ({fills_memory})"
+        cause = f"; {ENGINES_OWN} ({fills_memory})"
     intents: list[Intent] = [
-        Say(
-            "warning",
-            "memory_floor",
-            {
-                "available_gib": round(available, 1),
-                "floor_gib": mem.floor_gib,
-                "action": mem.floor_action,
-            },
-        ),
+        Say("warning", "memory_floor", said),
         Notify(
             "memory_floor",
             "host",
             f"MemAvailable {available:.1f} GiB, under the floor of {mem.floor_gib:g} GiB for "
-            f"{mem.floor_for:g}s; action: {mem.floor_action}",
+            f"{mem.floor_for:g}s; action: {action}{cause}",
         ),
     ]
-    if mem.floor_action == "restart":
+    if action == "restart":
         why = f"MemAvailable {available:.1f} GiB below the floor of {mem.floor_gib:g} GiB"
         mind, more = want(mind, "memory", why, t)
         return mind, intents + more
-    if mem.floor_action == "pause_voice":
+    if action == "pause_voice":
         intents.append(QuietVoiceForMemory())
     return mind, intents
 

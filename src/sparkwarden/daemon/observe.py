@@ -30,7 +30,7 @@ from sparkwarden.evidence import canary_reading
 from sparkwarden.evidence.canary_reading import Round
 from sparkwarden.evidence.triggers import PastRun
 from sparkwarden.restart.parts import Parts
-from sparkwarden.vllm import metrics
+from sparkwarden.vllm import doctor_rules, metrics
 from sparkwarden.vllm.client import ChatOutcome, Health
 from sparkwarden.vllm.spec_payload import Answer
 
@@ -68,6 +68,9 @@ class Observation:
     check: HealthCheck | None = None
     states: tuple[ContainerState, ...] = ()  # every LLM candidate, also when none is active
     unreadable: bool = False  # Docker could not be read: ``error`` says why
+    #: why the active engine takes the memory free at its start (vLLM 0.34's defaults), as read
+    #: at this start of it; "" when it does not, or is not known yet
+    fills_memory: str = ""
 
     @property
     def running(self) -> bool:
@@ -138,6 +141,8 @@ class Observer:
         self.last_probe = ""
         #: the engine's release (GET /version), read once per container start
         self.release: str | None = None
+        #: whether that engine's defaults take the memory free at its start (doctor's reading)
+        self.fills_memory: str | None = None
         self._release_of: tuple[str, object] | None = None
         #: looks begun since the daemon started; a snapshot is published after its look ends
         self.looks = 0
@@ -163,7 +168,16 @@ class Observer:
             except SparkwardenError as exc:
                 error = "; ".join(missing) if missing and not states else str(exc)
         memory = self.parts.host.memory()
-        return Observation(t, active, error, memory, states=tuple(states), unreadable=unreadable)
+        same = active is not None and (active.id, active.started_at) == self._release_of
+        return Observation(
+            t,
+            active,
+            error,
+            memory,
+            states=tuple(states),
+            unreadable=unreadable,
+            fills_memory=(self.fills_memory or "") if same else "",
+        )
 
     def engine(
         self,
@@ -207,9 +221,16 @@ class Observer:
     def _read_release(self, active: ContainerState | None, scrape: Scrape) -> None:
         """``GET /version`` once the engine serves its page, once per container start."""
         started = (active.id, active.started_at) if active else None
-        if scrape.engine is not None and started != self._release_of:
+        if scrape.engine is not None and started != self._release_of and active is not None:
             self.release = self.parts.vllm.version(timeout=self.config.health.timeout)
             self._release_of = started if self.release else None
+            try:
+                attrs = self.parts.docker.attrs(active.name)
+            except SparkwardenError:
+                attrs = None
+            self.fills_memory = (
+                doctor_rules.fills_free_memory(attrs, self.release) if attrs else None
+            )
 
     def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
         """/health, and the chat canary when due and the engine is idle enough to spare it, or

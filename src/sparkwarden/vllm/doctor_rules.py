@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 
 from sparkwarden.base.columns import fit
-from sparkwarden.base.containers import FIGHTING
+from sparkwarden.base.containers import FIGHTING, command_line
 from sparkwarden.config.schema import Config
 from sparkwarden.vllm import releases, serve_flags
 
@@ -233,6 +233,21 @@ def gpu_utilization(
         return float(text), f"--gpu-memory-utilization {text}"
     except ValueError:
         return None, f"--gpu-memory-utilization {text!r}"
+
+
+def fills_free_memory(attrs: dict[str, Any], release: str | None) -> str | None:
+    """Why this engine takes the memory that is free when it starts, if it does (vLLM 0.34
+    with no ``--gpu-memory-utilization``: its extensible KV cache is sized to what is free):
+    a floor breach, or a fall of ``MemAvailable`` while it serves, is its own cache then, and a
+    restart would only take it again. Read from its command line and ``--config`` file."""
+    argv = command_line(attrs)
+    loaded, _ = vllm_config_file(attrs, argv)
+    flags = serve_flags.read(argv, loaded)
+    version = releases.parse(release) or releases.parse(image_release(attrs))
+    util, said = gpu_utilization(flags, version)
+    if util is None or util < 1.0:
+        return None
+    return said
 
 
 def extensible_kv_cache(flags: Mapping[str, str], version: releases.Release | None) -> bool:

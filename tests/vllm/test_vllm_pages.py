@@ -15,7 +15,7 @@ from sparkwarden.evidence.draft_shape import healthy_share
 from sparkwarden.vllm.metrics import EngineMetrics, NoStats, SpecDecode, keep_recorded, parse
 
 PAGES = Path(__file__).parents[1] / "fixtures" / "vllm"
-VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0")
+VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0", "0.34.0")
 #: pages only the releases that have the series can make
 SINCE = {"sleeping": "0.12.0", "tool-parser": "0.28.0", "queue-limits": "0.28.0"}
 #: what the generator fed each engine (scripts/vllm_pages.py)

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0")
+VERSIONS = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.33.0", "0.34.0")
 REAL = (
     "vllm/v1/metrics/loggers.py",
     "vllm/v1/metrics/stats.py",

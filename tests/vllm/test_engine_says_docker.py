@@ -44,16 +44,29 @@ def test_a_sleeping_engine_is_reported_sleeping_and_its_queue_rejections_shown(
             lambda: (s := daemon.status()).get("engine", {}).get("sleeping") and s,
             timeout=30,
         )
-        # asleep, vLLM takes a chat and queues it unanswered (core.py 0.33.0:993-1029): the
-        # daemon sends none (each would hang its loop for the probe's timeout), look after look
+        # asleep, vLLM takes a chat and queues it unanswered (core.py 0.33.0:993-1029): a
+        # user's hangs; the daemon sends none (each would hang its loop for the probe's
+        # timeout), look after look, for longer than health.failures x the canary interval
+        hanging: list[int] = []
+        asker = threading.Thread(
+            target=lambda: hanging.append(
+                httpx.post(
+                    f"{url}/v1/chat/completions", json=chat_body(MODEL), timeout=120
+                ).status_code
+            ),
+            daemon=True,
+        )
+        asker.start()
+        wait_for("the user's chat queued", lambda: _waiting(url) == 1, timeout=10)
         still = daemon.after_looks(16)
-        assert _waiting(url) == 0, [
-            ln for ln in daemon.text().splitlines() if "canary" in ln or "drafting" in ln
-        ]
+        said = [ln for ln in daemon.text().splitlines() if "canary" in ln]
+        assert _waiting(url) == 1 and hanging == [], said  # the user's only, still hanging
         assert still["llm"]["last_probe"] == "", still["llm"]
         text = run_cli(config, "status").stdout
-        # woken, the engine is watched as before: the daemon's chat answered again
+        # woken, the user's chat is answered and the engine watched as before
         httpx.post(f"{url}/wake_up", timeout=5)
+        asker.join(timeout=30)
+        assert hanging == [200]
         wait_for(
             "the daemon's chat answered once woken",
             lambda: (

@@ -1,6 +1,6 @@
-"""Every release fact in ``releases.py`` cites the wheel it was read in, and is bounded by an
-earlier wheel that lacks it (or says it is only known "by" a release): a fact said "from X"
-that nobody bounded is a guess."""
+"""Every release fact in ``releases.py`` cites the wheel it was read in, and is bounded by the
+wheel just before that lacks it, or says it is there "by" that release: a fact said "from X"
+with unread releases behind it is a guess."""
 
 from __future__ import annotations
 
@@ -51,5 +51,8 @@ def test_every_fact_cites_its_wheel_and_an_earlier_one_that_lacks_it() -> None:
         known_by = re.search(r"\bby \d+\.\d+\.\d+", said)  # only known to be there by X
         assert bound or known_by, f"{name}: no earlier wheel that lacks it: {said!r}"
         if bound:
-            earlier = bound.group(1)
-            assert earlier in READ and releases.parse(earlier) < since, (name, earlier)
+            earlier = releases.parse(bound.group(1))
+            assert bound.group(1) in READ and earlier is not None and earlier < since, name
+            # "from X" needs the release just before X read without it; else it is "by X"
+            adjacent = earlier[:2] == (since[0], since[1] - 1)
+            assert adjacent or known_by, f"{name}: a gap behind it, say 'by {version}': {said!r}"

@@ -205,3 +205,14 @@ def test_the_per_request_payload_is_the_same_from_0_29_0() -> None:
     payloads = [(PAGES / v / "spec-decode-metrics.json").read_text() for v in ("0.29.0", "0.33.0")]
     assert payloads[0] == payloads[1]
     assert not (PAGES / "0.28.0" / "spec-decode-metrics.json").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (PAGES / "0.34.0").glob("*.prom")))
+def test_no_series_renamed_or_removed_from_0_33_to_0_34(name: str) -> None:
+    """What sparkwarden reads of 0.33 it reads of 0.34: the same families on every page."""
+
+    def families(version: str) -> set[str]:
+        text = (PAGES / version / f"{name}.prom").read_text()
+        return {line for line in text.splitlines() if line.startswith(("# HELP", "# TYPE"))}
+
+    assert families("0.34.0") == families("0.33.0")

@@ -2,8 +2,9 @@
 the released wheel it was read from (``pip download vllm==X --no-deps``; the wheels read: 0.12.0,
 0.27.0, 0.28.0, 0.29.0, 0.33.0, 0.34.0). The engine names its release at ``GET /version``.
 
-Only releases that were read are named: a fact said "from 0.27.0" may be older (no release
-between 0.12.0 and 0.27.0 was read).
+Only releases that were read are named. A fact is "from X" only when the release just before X
+was read and lacks it; otherwise it is there "by X", and the releases between the last one read
+without it and X are unknown (none between 0.12.0 and 0.27.0, nor 0.30.0 to 0.32.0, was read).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def default_gpu_memory_utilization(release: Release | None, extensible: bool = F
 #: ``--per-request-spec-decode-metrics``: ``vllm/config/observability.py`` 0.29.0:48,
 #: 0.33.0:50; absent from 0.28.0.
 PER_REQUEST_SPEC_DECODE: Release = (0, 29, 0)
-#: ``--shutdown-timeout``, ``-sc`` and ``--spec-method/--spec-model/--spec-tokens``:
-#: ``vllm/engine/arg_utils.py`` 0.27.0:1578-1643 (absent from 0.12.0).
+#: ``--shutdown-timeout``, ``-sc`` and ``--spec-method/--spec-model/--spec-tokens``: there by 0.27.0
+#: (``vllm/engine/arg_utils.py`` 0.27.0:1578-1643); absent from 0.12.0, 0.13-0.26 unread.
 SHUTDOWN_TIMEOUT: Release = (0, 27, 0)
-#: ``vllm:admission_rejections_total`` (``vllm/v1/metrics/loggers.py`` 0.33.0:847; not in 0.29.0)
+#: ``vllm:admission_rejections_total``: there by 0.33.0 (``vllm/v1/metrics/loggers.py``
+#: 0.33.0:847); not in 0.29.0, 0.30-0.32 unread.
 ADMISSION_REJECTIONS: Release = (0, 33, 0)
 
 

@@ -32,8 +32,11 @@ def no_overlap(runs: list[dict[str, Any]]) -> None:
         for r in runs
         if r["result"] not in ("dry-run", "running") and r["ended_at"]
     )
+    by_id = {r["id"]: r for r in runs}
+    keys = ("id", "reason", "result", "started_at", "ended_at", "error")
     for (_, end, first), (start, _, second) in itertools.pairwise(spans):
-        assert end <= start, f"runs #{first} and #{second} overlapped"
+        told = [{k: by_id[i].get(k) for k in keys} for i in (first, second)]
+        assert end <= start, f"runs #{first} and #{second} overlapped: {told}"
 
 
 def assert_sound(

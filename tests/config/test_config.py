@@ -261,3 +261,15 @@ def test_the_shipped_config_has_each_comment_block_once() -> None:
     text = SHIPPED.read_text()
     blocks = [b for b in text.split("\n\n") if b.strip()]
     assert [b for b in blocks if blocks.count(b) > 1] == []
+
+
+def test_the_annotated_notify_example_lists_every_event() -> None:
+    """Copying the example's ``events`` dropped the reboot and unreachable-node alerts."""
+    import re
+
+    from sparkwarden.base.notices import EVENTS
+
+    text = SHIPPED.read_text()
+    example = re.search(r"^# events = \[(.*?)\]", text, re.M | re.S)
+    assert example is not None
+    assert tuple(re.findall(r'"(\w+)"', example.group(1))) == EVENTS

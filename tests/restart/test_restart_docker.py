@@ -105,7 +105,7 @@ def test_zombie_boot_fails_the_run_and_voice_is_resumed(stage: Stage, make_confi
     assert result.returncode == 1
     assert "chat request failed" in result.stderr and "EngineCore" in result.stderr
     (run,) = history(config)
-    assert run["result"] == "failed" and run["reason"] == "nightly-test"
+    assert run["result"] == "failed" and run["reason"] == "manual:nightly-test"
     assert steps_of(run)["wait_health"] == "ok"
     assert steps_of(run)["chat_probe"] == "failed"
     assert steps_of(run)["resume_voice"] == "ok"
@@ -304,7 +304,8 @@ def test_a_crashed_llm_is_found_by_finished_at_and_started(stage: Stage, make_co
 
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = history(config)
-    assert run["container"] == llm
+    # typed, with no daemon: an operator's run, never one that spends the automatic budget
+    assert run["container"] == llm and run["reason"] == "manual:crash", run["reason"]
     assert steps_of(run)["stop_llm"] == "skipped"
     assert "exit code 137" in run["steps"][2]["detail"]["summary"]
     assert stage.status(llm) == "running" and stage.status(old) == "exited"

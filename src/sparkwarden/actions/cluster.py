@@ -20,6 +20,9 @@ def restart(config: Config, reason: str) -> int:
     single-host restart: the two never overlap)."""
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
+    from sparkwarden.surfaces.control_schema import manual_reason
+
+    reason = manual_reason(reason)  # typed: an operator's run, whatever its text
     # the restart's own machinery, imported only here: status and preflight stay light
     from sparkwarden.actions.run_lines import print_step
     from sparkwarden.base import faults

@@ -26,6 +26,9 @@ from sparkwarden.surfaces import control, control_schema
 
 
 def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
+    """A typed restart, recorded as ``manual:REASON`` whoever runs it (the daemon or this
+    process): an operator's run never spends the automatic budget, and its text is no label."""
+    reason = control_schema.manual_reason(reason)
     if dry_run and config.cluster is not None:  # a cluster's head: the cluster's plan
         from sparkwarden.actions import cluster
 

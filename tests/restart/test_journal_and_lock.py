@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -167,3 +168,22 @@ def test_the_journal_side_files_have_the_journals_mode(tmp_path: Path) -> None:
         journal.close()
     finally:
         os.umask(old)
+
+
+def test_a_run_cut_short_ended_by_the_time_the_next_run_began(tmp_path: Path) -> None:
+    """The kill fuzz found runs #23 and #24 overlapping: a repair (#24) was itself killed before
+    it closed the run it repaired (#23); the next daemon closed #23 as found then, after #24 had
+    begun. Runs hold the lock one at a time: #23 had ended by then."""
+    clock = itertools.count(100.0, 100.0)  # each write of the journal 100 s after the last
+    journal = Journal(tmp_path, clock=lambda: next(clock))
+    cut = journal.begin_run("uptime")  # 100
+    journal.begin_step(cut, "stop_llm")  # 200
+    repair = journal.begin_run("repair")  # 300: killed before it closed the run it repairs
+    dry = journal.begin_run("manual", result="dry-run")  # 400: no lock, bounds nothing
+    journal.end_run(dry, "dry-run")
+    journal.mark_interrupted(cut, "sparkwarden died", at=900.0)  # found by the next daemon
+    journal.mark_interrupted(repair, "sparkwarden died", at=900.0)
+    first, second = journal.run(cut), journal.run(repair)
+    assert first is not None and second is not None
+    assert first.ended_at == 300.0 and first.steps[0].duration_s == 100.0
+    assert second.ended_at == 900.0  # the last run (a dry run bounds nothing): as found

@@ -288,9 +288,18 @@ class Journal:
             )
 
     def mark_interrupted(self, run_id: int, note: str, at: float | None = None) -> None:
-        """Close a run a crash cut short, and the step it was in, as found at ``at`` (now)."""
+        """Close a run a crash cut short, and the step it was in, as found at ``at`` (now), or
+        as the next run began if one did since: runs hold the lock one at a time, so a run cut
+        short had ended by then (a repair itself cut short, found later with the run it was
+        repairing, must not make the two overlap)."""
         with self._tx() as db:
             now = self._clock() if at is None else at
+            later = db.execute(
+                "SELECT MIN(started_at) AS at FROM runs WHERE id > ? AND result != 'dry-run'",
+                (run_id,),
+            ).fetchone()
+            if later is not None and later["at"] is not None:
+                now = min(now, float(later["at"]))
             db.execute(
                 "UPDATE steps SET result = 'failed', duration_s = ? - started_at,"
                 " detail = json_set(detail, '$.interrupted', json('true'))"

@@ -273,3 +273,28 @@ def test_the_annotated_notify_example_lists_every_event() -> None:
     example = re.search(r"^# events = \[(.*?)\]", text, re.M | re.S)
     assert example is not None
     assert tuple(re.findall(r'"(\w+)"', example.group(1))) == EVENTS
+
+
+def test_the_annotated_config_points_only_to_what_exists() -> None:
+    """It pointed to README sections that had moved: each doc it names exists, with the
+    section it quotes."""
+    import re
+
+    root = SHIPPED.parents[1]
+    text = " ".join(line.lstrip("# ") for line in SHIPPED.read_text().splitlines())
+    cited = re.findall(r"(docs/[\w-]+\.md)(?:, \"([^\"]+)\")?", text)
+    assert cited, "no doc cited"
+    for doc, section in cited:
+        assert (root / doc).exists(), doc
+        if section:
+            assert section in (root / doc).read_text(), (doc, section)
+    assert 'README "' not in text
+
+
+def test_the_shipped_config_is_one_file_the_package_carries() -> None:
+    """``config/sparkwarden.toml`` is a link to the packaged copy (``sparkwarden/data``, what
+    ``install-service`` writes): an edit made through a tool that replaces links left two
+    copies that drifted."""
+    assert SHIPPED.is_symlink(), "config/sparkwarden.toml must stay a link"
+    packaged = SHIPPED.parents[1] / "src" / "sparkwarden" / "data" / "sparkwarden.toml"
+    assert SHIPPED.resolve() == packaged.resolve()

@@ -298,3 +298,17 @@ def test_the_shipped_config_is_one_file_the_package_carries() -> None:
     assert SHIPPED.is_symlink(), "config/sparkwarden.toml must stay a link"
     packaged = SHIPPED.parents[1] / "src" / "sparkwarden" / "data" / "sparkwarden.toml"
     assert SHIPPED.resolve() == packaged.resolve()
+
+
+def test_check_config_shows_a_schedule_turned_off() -> None:
+    """``cron = ""`` was dropped from "every value in force": it read as the default."""
+    off = cfg.parse(
+        {
+            "llm": {"containers": ["x"], "base_url": "http://127.0.0.1:8000"},
+            "schedule": {"cron": ""},
+        }
+    )
+    assert cfg.effective(off)["schedule"]["cron"] == ""
+    on = cfg.parse({"llm": {"containers": ["x"], "base_url": "http://127.0.0.1:8000"}})
+    assert cfg.effective(on)["schedule"]["cron"] == "30 4 * * *"
+    assert cfg.parse(cfg.effective(off)).schedule.cron is None  # what it prints reads back

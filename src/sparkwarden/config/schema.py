@@ -514,5 +514,8 @@ def _describe(error: Any) -> str:
 
 
 def effective(config: Config) -> dict[str, Any]:
-    """The config with every default filled in, in TOML-ready types."""
-    return config.model_dump(mode="json", exclude_none=True)
+    """The config with every default filled in, in TOML-ready types. TOML has no null: an unset
+    value is left out, except ``cron``, whose ``""`` (no nightly restart) is a value in force."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data["schedule"].setdefault("cron", "")
+    return data

@@ -214,6 +214,14 @@ def _command(argv: Sequence[str] | None) -> int:
     if args.command in ("install-service", "uninstall-service"):  # before any config exists
         from sparkwarden.actions import install
 
+        if args.command == "install-service" and args.config is not None:
+            return _refuse(
+                SparkwardenError(
+                    f"install-service takes no --config ({args.config}): the unit reads "
+                    "/etc/sparkwarden/sparkwarden.toml, which it writes if missing; edit that"
+                ),
+                EXIT_USAGE,
+            )
         try:
             if args.command == "install-service":
                 return install.install(args.root, start=not args.no_start)

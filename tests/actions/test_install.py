@@ -145,3 +145,18 @@ def test_installed_by_the_bare_name_the_unit_starts_the_program_not_the_link(
     monkeypatch.setattr(sys, "executable", str(program.with_name("python")))
     monkeypatch.setattr(install.shutil, "which", lambda name: str(link))
     assert install.executable() == str(program)
+
+
+def test_install_service_refuses_a_config_it_would_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``install-service --config X`` was accepted and ignored: the unit reads /etc/sparkwarden."""
+    from sparkwarden import cli
+
+    elsewhere = tmp_path / "mine.toml"
+    code = cli.main(["--config", str(elsewhere), "install-service", "--no-start"])
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert "install-service takes no --config" in said and str(elsewhere) in said
+    assert "/etc/sparkwarden/sparkwarden.toml" in said
+    assert not elsewhere.exists()

@@ -7,6 +7,7 @@ memory floor acted on before the engine's slow HTTP reads.
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,13 +19,14 @@ import pytest
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
-from sparkwarden.daemon.handlers import WAKE, apply_admin
+from sparkwarden.daemon.handlers import STARTING, WAKE, Handlers, apply_admin
 from sparkwarden.daemon.intents import RunEnded
 from sparkwarden.daemon.kept import Identity
 from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Outcome
-from sparkwarden.surfaces.control_schema import HoldRequest
+from sparkwarden.surfaces.control import Peer
+from sparkwarden.surfaces.control_schema import HoldRequest, StatusRequest
 from sparkwarden.vllm.client import ChatOutcome, Health
 
 
@@ -172,3 +174,16 @@ def test_a_runs_end_is_judged_after_its_transition_never_inside_it(
     assert deepest[0] == 1, "a transition was applied inside another"
     assert applied[before] == "Restart" and len(applied) > before + 3, applied
     assert daemon.mind.last_run_end > 0  # the end was judged
+
+
+def test_status_before_the_first_look_is_starting_never_an_empty_snapshot(
+    tmp_path: Path,
+) -> None:
+    """The socket may answer before the first snapshot is published: an empty status read as
+    "not running" (and a test's wait on ``daemon.looks`` found no key, in CI)."""
+    published: dict[str, Any] = {}
+    handlers = Handlers(tmp_path, queue.Queue(), lambda: published, lambda: None, lambda: None)
+    asked = StatusRequest(cmd="status")
+    assert handlers(asked, Peer(1, 0, 0)) == {"ok": False, "error": STARTING}
+    published.update({"daemon": {"running": True, "looks": 1}})
+    assert handlers(asked, Peer(1, 0, 0)) == {"ok": True, "status": published}

@@ -111,6 +111,10 @@ def _naming(call: ManualCall) -> str:
     return f"{run}an operator's ({call.reason})"
 
 
+#: the answer to ``status`` before the daemon's first look is published
+STARTING = "starting: its first look is not done yet"
+
+
 class Handlers:
     """The control socket's handler: one call per request, on the control thread."""
 
@@ -136,7 +140,10 @@ class Handlers:
         routine = log.debug if isinstance(request, StatusRequest) else log.info
         routine("control_request", cmd=request.cmd, uid=peer.uid, pid=peer.pid)
         if isinstance(request, StatusRequest):
-            return {"ok": True, "status": self.snapshot()}
+            snapshot = self.snapshot()
+            if not snapshot:  # a status of nothing would read as "not running"
+                return {"ok": False, "error": STARTING}
+            return {"ok": True, "status": snapshot}
         if isinstance(request, RestartRequest):
             return self._manual(request.reason, peer)
         if isinstance(request, FaultRequest):

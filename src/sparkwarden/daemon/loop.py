@@ -134,6 +134,7 @@ class Daemon:
                 self._handle(event)
             self._tick(time.time())
             self._keep_canary_baseline()
+            self._publish()  # the control socket answers with this look from its first call
             self._start_listeners()
             self._catch_up_schedule()
             self.ready = True

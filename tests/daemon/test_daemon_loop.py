@@ -187,3 +187,29 @@ def test_status_before_the_first_look_is_starting_never_an_empty_snapshot(
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": False, "error": STARTING}
     published.update({"daemon": {"running": True, "looks": 1}})
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": True, "status": published}
+
+
+def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(
+    tmp_path: Path, closing: list[Daemon]
+) -> None:
+    """Issue 36 item 2, through the daemon's own loop and journal: the install's reload names an
+    engine up 2 h past a 90 min limit. No restart within the hour, status says when, and a
+    restart of sparkwarden meanwhile keeps the notice (it lives in the journal)."""
+    ran: list[str] = []
+    named = time.time()
+    for _ in range(2):  # the daemon, then the next one on the same journal
+        daemon = make_daemon(tmp_path, Recorder(), watch={"max_uptime": "90m"})
+        closing.append(daemon)
+        daemon.hands.sequence = lambda reason, why, call=None, target=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
+        t = time.time()
+        daemon._tick(t)
+        daemon._gate(t + 1)
+        assert daemon.mind.pending is not None and daemon.mind.pending.reason == "uptime"
+        daemon._gate(t + 3000)
+        assert ran == [] and daemon.mind.pending is not None  # waiting, not dropped
+        daemon._publish()
+        upcoming = daemon.reporter.as_json()["next_restart"]
+        notice = daemon.facts.first_sight
+        assert notice is not None and notice.until >= named + 3600
+        assert "first seen" in upcoming["reason"] and "not before then" in upcoming["reason"]
+        assert datetime.fromisoformat(upcoming["at"]).timestamp() == int(notice.until)

@@ -356,3 +356,67 @@ def test_the_restart_reconcile_wants_reaches_the_run_with_its_target() -> None:
     _, intents = gates.gate(mind, replace(recorded(), read_at=T), None, None, T, CFG)
     (restart,) = [i for i in intents if isinstance(i, do.Restart)]
     assert restart == do.Restart("crash", restart.why, target="A")
+
+
+OLD = T0 - timedelta(hours=30)  # past any max_uptime
+
+
+def spared(v: Reconciled) -> list[do.SpareFirstSight]:
+    return [i for i in v.intents if isinstance(i, do.SpareFirstSight)]
+
+
+@pytest.mark.parametrize(
+    ("cron", "now", "until"),
+    [
+        ("", T0, T0 + timedelta(hours=1)),
+        # the first window at least an hour off: today's at 03:00, tomorrow's at 04:00
+        ("30 4 * * *", T0, datetime(2026, 12, 1, 4, 30, tzinfo=UTC)),
+        ("30 4 * * *", T0 + timedelta(hours=1), datetime(2026, 12, 2, 4, 30, tzinfo=UTC)),
+    ],
+)
+def test_an_engine_first_seen_past_max_uptime_gets_notice_before_a_planned_restart(
+    cron: str, now: datetime, until: datetime
+) -> None:
+    """Issue 36 item 2: an install names an engine up for days; naming it must not restart it
+    minutes later. Its planned restart waits for the notice; then it goes through the drain."""
+    config = cfg(
+        llm={"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
+        schedule={"cron": cron, "timezone": "UTC"},
+    )
+    t = now.timestamp()
+    verdict = reconcile(recorded(engine=None), World((box(started=OLD),)), t, config)
+    (spare,) = spared(verdict)
+    assert (spare.first.id, spare.first.until) == ("A", until.timestamp())
+    mind, said = apply(Mind(), verdict, t)
+    assert "planned_restart_deferred" in [s.event for s in said if isinstance(s, do.Say)]
+    known = recorded(engine=Identity.of(box(started=OLD)), first_sight=spare.first, read_at=t)
+    mind, _ = decide.want(mind, "uptime", "vllm up 30.0 h", t)
+    for later in (t, until.timestamp() - 1):
+        held, intents = gates.gate(
+            mind, replace(known, read_at=later), box(started=OLD), None, later, config
+        )
+        assert held.pending is not None and not [i for i in intents if isinstance(i, do.Say)]
+    end = until.timestamp()
+    going, intents = gates.gate(
+        mind, replace(known, read_at=end), box(started=OLD), None, end, config
+    )
+    assert "draining" in [i.event for i in intents if isinstance(i, do.Say)]
+    # a crash of the same engine is not planned: it goes at once
+    crashed, _ = decide.want(Mind(), "crash", "vllm exited", t)
+    _, intents = gates.gate(crashed, known, box(started=OLD), None, t, config)
+    assert [i for i in intents if isinstance(i, do.Restart)]
+
+
+def test_no_notice_for_an_engine_known_before_or_young_enough() -> None:
+    """Only a container never watched, whose uptime would restart it within the notice."""
+    restarted = box(started=OLD)  # same ID as the engine believed in, started again
+    assert not spared(reconcile(recorded(), World((restarted,)), T, CFG))
+    young = box(started=T0 - timedelta(hours=2))
+    assert not spared(reconcile(recorded(engine=None), World((young,)), T, CFG))
+    # just started, with a short limit (the tests' engines): its limit holds as configured
+    brief = cfg(watch={"max_uptime": "15m"})
+    just = box(started=T0 - timedelta(minutes=10))
+    assert not spared(reconcile(recorded(engine=None), World((just,)), T, brief))
+    assert spared(reconcile(recorded(engine=None), World((box(started=OLD),)), T, brief))
+    replaced = box(cid="B", started=OLD)  # an operator's new container: never watched
+    assert spared(reconcile(recorded(), World((replaced,)), T, CFG))

@@ -24,7 +24,7 @@ from sparkwarden.config.locate import DEFAULT_PATH, places, resolve_path
 from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart import docker_policy
 from sparkwarden.restart.journal import JOURNAL_FILE, Journal
-from sparkwarden.surfaces.status_text import duration
+from sparkwarden.surfaces.status_text import duration, local_time
 
 UNIT_NAME = "sparkwarden.service"
 UNIT_DIR = Path("/etc/systemd/system")
@@ -178,8 +178,9 @@ def install(root: Path | None, start: bool) -> int:
 def before_start(config_path: Path) -> list[str]:
     """What the operator should know before the daemon starts: an LLM container the config
     names that Docker does not have (the shipped example's), an engine already past
-    ``watch.max_uptime`` (the daemon restarts it at once: a hold chooses the moment)."""
+    ``watch.max_uptime`` (when the daemon's first planned restart of it comes)."""
     from sparkwarden.config.schema import load
+    from sparkwarden.daemon.reconcile import first_sight
 
     try:
         config = load(config_path)
@@ -198,15 +199,26 @@ def before_start(config_path: Path) -> list[str]:
                     f"sparkwarden watches nothing until {config_path} names your LLM "
                     "containers (then: systemctl kill --kill-who=main -s HUP sparkwarden)"
                 )
-        limit = config.watch.max_uptime
+        now, limit = datetime.now(UTC), config.watch.max_uptime
         for state in states:
-            up = state.uptime_s(datetime.now(UTC)) if state.up else None
-            if up is not None and limit > 0 and up > limit:
+            first = first_sight(state, now.timestamp(), config) if state.up else None
+            up = state.uptime_s(now) if state.up else None
+            if first is None and up is not None and limit > 0 and up > limit:
                 said.append(
                     f"{state.name} has been up {duration(up)}, past watch.max_uptime "
                     f"{duration(limit)}: the daemon restarts it as soon as it starts (within "
                     "drain.deadline). To choose the moment, first: sparkwarden hold 2h "
                     "--reason 'installing', then 'sparkwarden release' when it suits"
+                )
+            elif first is not None:
+                at = local_time(datetime.fromtimestamp(first.until, UTC).isoformat())
+                said.append(
+                    f"{state.name} has been up {duration(up or 0.0)}, near or past "
+                    f"watch.max_uptime {duration(limit)}: the daemon's first planned restart "
+                    f"of it waits until {at} (sparkwarden status: 'next'), if it has not "
+                    "watched it before; a crash or failed checks restart it at once. Another "
+                    "moment: sparkwarden hold 1d --reason 'installing', then 'sparkwarden "
+                    "release' when it suits"
                 )
     except SparkwardenError as exc:
         said.append(f"could not check the containers: {exc}")

@@ -97,6 +97,9 @@ class Hands(ClusterHands):
                 case do.KeepRetry(retry):
                     self.kept.put_retry(retry)
                     wrote = True
+                case do.SpareFirstSight(first):
+                    self.kept.put_first_sight(first)
+                    wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
         return ended, wrote

@@ -78,6 +78,13 @@ def _admit(
     if refuse:
         said = {"reason": pending.reason, "why": pending.why, "refused": refuse}
         return dropped, [*intents, Say("warning", "trigger_refused", said)], "dropped"
+    first = facts.first_sight
+    if (
+        pending.reason in PLANNED
+        and first is not None
+        and first.spares(active.id if active else None, t)
+    ):
+        return mind, intents, "wait"  # an engine just named: its notice first (status says)
     verdict = budget(facts, t, cfg)
     if verdict.allowed:
         return mind, intents, "go"

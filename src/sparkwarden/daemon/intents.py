@@ -12,7 +12,14 @@ from typing import Any, Literal
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.notices import Notice
 from sparkwarden.cluster.verdict import Starts
-from sparkwarden.daemon.kept import GaveUp, Identity, OperatorStop, RebootRequired, Retry
+from sparkwarden.daemon.kept import (
+    FirstSight,
+    GaveUp,
+    Identity,
+    OperatorStop,
+    RebootRequired,
+    Retry,
+)
 from sparkwarden.evidence.triggers import Reason
 from sparkwarden.restart.parts import Outcome
 
@@ -61,6 +68,13 @@ class AdoptClusterStarts:
 
     starts: Starts
     t: float
+
+
+@dataclass(frozen=True)
+class SpareFirstSight:
+    """Write the notice an engine first seen past ``max_uptime`` gets before a planned restart."""
+
+    first: FirstSight
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,7 @@ Intent = (
     | NoteOperatorStop
     | AdoptClusterStarts
     | KeepRetry
+    | SpareFirstSight
 )
 
 

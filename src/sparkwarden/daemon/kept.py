@@ -35,6 +35,7 @@ class Key(StrEnum):
     RETRY = "retry"
     CANARY_BASELINE = "canary_baseline"
     CLUSTER_STARTS = "cluster_starts"
+    FIRST_SIGHT = "first_sight"
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,24 @@ class Identity:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Identity:
         return cls(str(raw["name"]), str(raw["id"]), raw.get("started_at"))
+
+
+@dataclass(frozen=True)
+class FirstSight:
+    """An engine first seen already past ``watch.max_uptime`` (an install, a reload naming it):
+    no planned restart of it (by ID) before ``until``, so that naming an engine never restarts
+    it minutes later. Crashes and failed checks still act at once."""
+
+    name: str
+    id: str
+    at: float  # when it was first seen
+    until: float
+
+    def spares(self, container_id: str | None, t: float) -> bool:
+        return container_id == self.id and t < self.until
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "id": self.id, "at": self.at, "until": self.until}
 
 
 @dataclass(frozen=True)
@@ -236,6 +255,15 @@ class Kept:
 
     def put_engine(self, engine: Identity) -> None:
         self.journal.put(Key.ENGINE, engine.to_json())
+
+    def first_sight(self) -> FirstSight | None:
+        raw: dict[str, Any] | None = self.journal.get(Key.FIRST_SIGHT)
+        if not raw:
+            return None
+        return FirstSight(raw["name"], raw["id"], float(raw["at"]), float(raw["until"]))
+
+    def put_first_sight(self, first: FirstSight) -> None:
+        self.journal.put(Key.FIRST_SIGHT, first.to_json())
 
     def operator_stopped(self) -> OperatorStop | None:
         raw: dict[str, Any] | None = self.journal.get(Key.OPERATOR_STOPPED)

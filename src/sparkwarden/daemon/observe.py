@@ -18,6 +18,7 @@ from sparkwarden.base.containers import ContainerState, choose_active
 from sparkwarden.base.errors import NoSuchContainer, SparkwardenError
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.kept import (
+    FirstSight,
     GaveUp,
     Hold,
     Identity,
@@ -108,6 +109,7 @@ class Recorded:
     engine: Identity | None = None
     operator_stopped: OperatorStop | None = None
     retry: Retry | None = None
+    first_sight: FirstSight | None = None
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
@@ -128,6 +130,7 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         engine=kept.engine(),
         operator_stopped=kept.operator_stopped(),
         retry=kept.retry(),
+        first_sight=kept.first_sight(),
     )
 
 

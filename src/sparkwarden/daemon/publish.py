@@ -20,6 +20,7 @@ from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind
 from sparkwarden.daemon.gates import budget
+from sparkwarden.daemon.kept import FirstSight
 from sparkwarden.daemon.observe import Observation, Observer, Recorded
 from sparkwarden.evidence import canary, triggers
 from sparkwarden.restart import docker_policy
@@ -61,8 +62,14 @@ def state_name(
 
 
 def next_restart(
-    mind: Mind, seen: Observation | None, now: datetime, cfg: Config
+    mind: Mind,
+    seen: Observation | None,
+    now: datetime,
+    cfg: Config,
+    first: FirstSight | None = None,
 ) -> NextRestart | None:
+    """The soonest planned restart: the schedule's or uptime's, never before the notice of an
+    engine first seen past ``max_uptime`` (``first``)."""
     options: list[tuple[datetime, str]] = []
     if mind.next_schedule is not None:
         options.append((mind.next_schedule.astimezone(UTC), "schedule"))
@@ -71,6 +78,11 @@ def next_restart(
         options.append((active.started_at + timedelta(seconds=limit), "uptime"))
     if not options:
         return None
+    if active is not None and first is not None and first.spares(active.id, now.timestamp()):
+        notice = datetime.fromtimestamp(first.until, UTC)
+        seen_at = datetime.fromtimestamp(first.at, UTC).astimezone().strftime("%Y-%m-%d %H:%M")
+        spared = f"; {active.name} first seen {seen_at} past watch.max_uptime: not before then"
+        options = [(max(at, notice), reason + spared) for at, reason in options]
     at, reason = min(options)
     return NextRestart(at.isoformat(timespec="seconds"), reason)
 
@@ -153,7 +165,7 @@ def build(
         restart_policy=docker_policy.report(
             cfg.llm.restart_policy, seen.states if seen else (), facts.policies_taken
         ),
-        next_restart=next_restart(mind, seen, now, cfg),
+        next_restart=next_restart(mind, seen, now, cfg, facts.first_sight),
         budget=BudgetView(used=spent.used, limit=spent.limit, why=spent.why),
         hold=hold.to_json() if hold else None,
         gave_up=facts.gave_up.to_json() if facts.gave_up else None,

@@ -11,14 +11,15 @@ restart of sparkwarden loses nothing: what it must still know is in the journal
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.cron import crontab_trigger, next_fire
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind, Transition, Waiting, want
-from sparkwarden.daemon.intents import Adopt, Intent, KeepRetry, Say
-from sparkwarden.daemon.kept import Identity
+from sparkwarden.daemon.intents import Adopt, Intent, KeepRetry, Say, SpareFirstSight
+from sparkwarden.daemon.kept import FirstSight, Identity
 from sparkwarden.daemon.observe import Recorded
 from sparkwarden.evidence import triggers
 
@@ -26,6 +27,10 @@ from sparkwarden.evidence import triggers
 #: the container a moment after it dies, and an operator's stop is told by the events around
 #: its exit; both have arrived by then.
 SETTLE = 2.0
+
+#: The least notice an engine first seen past ``watch.max_uptime`` gets before a planned restart:
+#: the first nightly window at least this far off, or (``cron = ""``) this long.
+FIRST_SIGHT_NOTICE = 3600.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
     # an engine believed in that the config no longer names is the operator's business now
     engine = b.engine if b.engine and b.engine.name in cfg.llm.containers else None
     if up:
-        return _up(b, up[0], now)
+        return _up(b, engine, up[0], now, cfg)
     if engine is None:
         return Reconciled(
             waiting=Waiting("an LLM container to watch (none seen serving)", "sparkwarden restart")
@@ -126,9 +131,33 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
     return Reconciled(want=Want(reason, why, mine.id), waiting=_backoff(b, now, cfg, mine.name))
 
 
-def _up(b: Recorded, running: ContainerState, now: float) -> Reconciled:
-    """One candidate up: adopt it when it is not the engine believed in, or owe it a retry."""
-    engine, seen = b.engine, Identity.of(running)
+def first_sight(running: ContainerState, now: float, cfg: Config) -> FirstSight | None:
+    """The notice an engine seen for the first time gets when it has served an hour or more and
+    ``max_uptime`` would restart it within :data:`FIRST_SIGHT_NOTICE` (an install or a reload
+    naming an engine up for days): no planned restart before the first nightly window at least
+    that far off (``cron = ""``: that long). None otherwise: a young engine was just started by
+    someone who expects its limits to hold."""
+    limit = cfg.watch.max_uptime
+    if limit <= 0 or running.started_at is None:
+        return None
+    started = running.started_at.timestamp()
+    earliest = now + FIRST_SIGHT_NOTICE
+    if started + limit >= earliest or now - started < FIRST_SIGHT_NOTICE:
+        return None
+    until = earliest
+    if cfg.schedule.cron:
+        crontab = crontab_trigger(cfg.schedule.cron, cfg.schedule.timezone)
+        fire = next_fire(crontab, datetime.fromtimestamp(earliest, UTC) - timedelta(seconds=1))
+        until = fire.timestamp() if fire is not None else earliest
+    return FirstSight(running.name, running.id, now, until)
+
+
+def _up(
+    b: Recorded, engine: Identity | None, running: ContainerState, now: float, cfg: Config
+) -> Reconciled:
+    """One candidate up: adopt it when it is not the engine believed in, or owe it a retry.
+    ``engine``: the one believed in, when the config still names it."""
+    seen = Identity.of(running)
     if running.restart_count > 0:
         # Docker's restart policy brought a crashed engine back into the ghost memory, whether
         # sparkwarden watched or not: the safe sequence must still run (any start through the
@@ -142,6 +171,9 @@ def _up(b: Recorded, running: ContainerState, now: float) -> Reconciled:
     if seen != engine:
         why = _adopt_why(engine, seen)
         intents.append(Adopt(seen, why))
+        first = first_sight(running, now, cfg) if engine is None or engine.id != seen.id else None
+        if first is not None:
+            intents.append(SpareFirstSight(first))
         started = _ts(seen.started_at)
         if retry is not None and (
             retry.container_id != seen.id or (started is not None and started > retry.at)
@@ -190,6 +222,16 @@ def apply(mind: Mind, verdict: Reconciled, t: float) -> Transition:
                 {"container": adopt.engine.name, "id": adopt.engine.id[:12], "why": adopt.why},
             )
         )
+    for spare in [i for i in intents if isinstance(i, SpareFirstSight)]:
+        first = spare.first
+        said = {
+            "container": first.name,
+            "id": first.id[:12],
+            "until": datetime.fromtimestamp(first.until, UTC).isoformat(timespec="seconds"),
+            "why": "first seen past watch.max_uptime: no planned restart before then "
+            "(a crash or failed checks still act at once)",
+        }
+        intents.append(Say("warning", "planned_restart_deferred", said))
     if verdict.waiting != mind.waiting and verdict.waiting is not None:
         intents.append(
             Say("info", "waiting", {"for": verdict.waiting.what, "ends": verdict.waiting.command})

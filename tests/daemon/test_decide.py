@@ -468,9 +468,11 @@ def test_state_names_are_derived_in_order() -> None:
     assert publish.state_name(None, False, Mind(), False, False) == "starting"
     assert state(Mind(), known) == "gave up"
     assert publish.state_name(None, True, Mind(), True, False, reboot=True) == "reboot required"
+    assert publish.state_name(None, True, Mind(), False, False, observing=True) == "observing"
     assert set(snapshot.STATES) == {
         "starting",
         "idle",
+        "observing",
         "waiting",
         "draining",
         "restarting",

@@ -397,9 +397,7 @@ def test_an_engine_first_seen_past_max_uptime_gets_notice_before_a_planned_resta
         )
         assert held.pending is not None and not [i for i in intents if isinstance(i, do.Say)]
     end = until.timestamp()
-    going, intents = gates.gate(
-        mind, replace(known, read_at=end), box(started=OLD), None, end, config
-    )
+    _, intents = gates.gate(mind, replace(known, read_at=end), box(started=OLD), None, end, config)
     assert "draining" in [i.event for i in intents if isinstance(i, do.Say)]
     # a crash of the same engine is not planned: it goes at once
     crashed, _ = decide.want(Mind(), "crash", "vllm exited", t)
@@ -420,3 +418,27 @@ def test_no_notice_for_an_engine_known_before_or_young_enough() -> None:
     assert spared(reconcile(recorded(engine=None), World((box(started=OLD),)), T, brief))
     replaced = box(cid="B", started=OLD)  # an operator's new container: never watched
     assert spared(reconcile(recorded(), World((replaced,)), T, CFG))
+
+
+def test_observe_mode_turns_a_restart_into_one_observed_run_per_cause() -> None:
+    """The gates run as in act mode; what would be a Restart is an Observe, and the same cause
+    (reason, engine start) seen again is dropped, not noted look after look."""
+    watching = cfg(watch={"mode": "observe"})
+    down = box("exited")
+    mind, _ = decide.want(Mind(), "crash", "vllm exited", T, target="A")
+    known = recorded(read_at=T)
+    after, intents = gates.gate(mind, known, down, None, T, watching)
+    (noted,) = [i for i in intents if isinstance(i, do.Observe)]
+    assert after.pending is None and not [i for i in intents if isinstance(i, do.Restart)]
+    assert noted.key == gates.observed_key(mind.pending, down)  # type: ignore[arg-type]
+    again, intents = gates.gate(
+        mind, replace(known, observed=frozenset({noted.key})), down, None, T, watching
+    )
+    assert again.pending is None and intents == []
+    restarted = replace(down, started_at=T0)  # the operator started it, and it died again
+    _, intents = gates.gate(
+        mind, replace(known, observed=frozenset({noted.key})), restarted, None, T, watching
+    )
+    assert [i for i in intents if isinstance(i, do.Observe)]
+    _, intents = gates.gate(mind, known, down, None, T, CFG)  # act mode: the run itself
+    assert [i for i in intents if isinstance(i, do.Restart)]

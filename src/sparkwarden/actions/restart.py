@@ -24,6 +24,9 @@ from sparkwarden.restart.parts import Parts, StepEvent
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.surfaces import control, control_schema
 
+#: What a typed restart says first in observe mode: it acts, the daemon only observes.
+OBSERVING_TYPED = "the daemon only observes (watch.mode = observe); a typed restart acts"
+
 
 def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
     """A typed restart, recorded as ``manual:REASON`` whoever runs it (the daemon or this
@@ -34,6 +37,8 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
 
         return cluster.dry_run(config, reason)
     if not dry_run:
+        if config.watch.mode == "observe":
+            say(OBSERVING_TYPED)
         try:
             return _through_daemon(config, reason)
         except control.DaemonUnavailable:

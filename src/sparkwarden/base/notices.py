@@ -14,6 +14,7 @@ Notice = Literal[
     "policy_taken_over",
     "gateway_failed",
     "node_unreachable",
+    "would_restart",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
 TITLES: Final[dict[Notice, str]] = {
@@ -26,4 +27,5 @@ TITLES: Final[dict[Notice, str]] = {
     "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
     "node_unreachable": "sparkwarden: a node of the cluster does not answer the head",
+    "would_restart": "sparkwarden (observe mode): would have restarted the LLM",
 }

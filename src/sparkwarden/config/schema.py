@@ -230,6 +230,9 @@ class WatchConfig(_Section):
     interval: PositiveDuration = 5.0
     max_uptime: Duration = 72000.0
     boot_grace: Duration = 300.0
+    #: "observe": every look, trigger, gate and notification as in "act", but nothing touched;
+    #: each restart it would make is recorded as an ``observed`` run (an operator's first week)
+    mode: Literal["act", "observe"] = "act"
 
 
 class HealthConfig(_Section):

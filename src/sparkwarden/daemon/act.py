@@ -15,6 +15,10 @@ from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
+from sparkwarden.base.version import version
+from sparkwarden.cluster import looks
+from sparkwarden.cluster import sequence as cluster_seq
+from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.cluster_hands import ClusterHands
@@ -100,6 +104,9 @@ class Hands(ClusterHands):
                 case do.SpareFirstSight(first):
                     self.kept.put_first_sight(first)
                     wrote = True
+                case do.Observe(reason, why, target, key):
+                    self.observe(reason, why, target, key)
+                    wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
         return ended, wrote
@@ -139,6 +146,35 @@ class Hands(ClusterHands):
                 call.done(outcome)
         assert outcome is not None  # sequence.restart records its own failures; it returns
         return do.RunEnded(reason, why, outcome, time.time())
+
+    def observe(self, reason: str, why: str, target: str | None, key: str) -> None:
+        """Observe mode: the restart it would make, recorded as an ``observed`` run whose steps
+        say what each would do now (read from Docker and /proc, or each node), and notified.
+        Nothing is touched, no lock is taken: no budget is spent and no gauge of runs moves."""
+        journal = self.parts.journal
+        run_id = journal.begin_run(reason, result="observed")
+        journal.remember(run_id, version=version(), why=why, observed_key=key)
+        try:
+            lines = self._would(reason)
+        except SparkwardenError as exc:
+            lines = [("detect", f"the plan could not be read: {exc}")]
+        container = next((text for name, text in lines if name == "detect"), "")
+        for name, text in lines:
+            journal.end_step(journal.begin_step(run_id, name), "skipped", {"summary": text})
+        journal.end_run(run_id, "observed")
+        log.warning("would_restart", run=run_id, reason=reason, why=why, target=target)
+        summary = f"run #{run_id} ({reason}): {why}; nothing touched (watch.mode = observe)"
+        self.webhooks.emit("would_restart", "llm", summary, plan=container)
+
+    def _would(self, reason: str) -> list[tuple[str, str]]:
+        """What the run would do now, step by step: a lone host's or the cluster's plan."""
+        if self.config.cluster is None:
+            return sequence.plan(self.config, self.parts)
+        link = SshLink(self.config.cluster)
+        try:
+            return cluster_seq.plan(self.config, looks.inspect_all(self.config, link))
+        finally:
+            link.close()
 
     def repair(self) -> float | None:
         """Finish what a crash of sparkwarden left: voice resumed, the LLM serving. Returns

@@ -271,8 +271,8 @@ def on_cluster(mind: Mind, look: cluster_watch.Look, cfg: Config) -> Transition:
 
 def on_policies(mind: Mind, seen: Observation, cfg: Config) -> Transition:
     """Take a Docker restart policy that fights ours (``take-over``), or say, whenever the set
-    changes, which ones ``leave`` keeps."""
-    mode = cfg.llm.restart_policy
+    changes, which ones ``leave`` keeps (observe mode takes none: as ``leave``)."""
+    mode = "leave" if cfg.watch.mode == "observe" else cfg.llm.restart_policy
     if not seen.states:
         return mind, []  # the candidates could not be read: nothing new to say
     intents: list[Intent] = [
@@ -306,6 +306,9 @@ def _memory_floor(
         "floor_gib": mem.floor_gib,
         "action": action,
     }
+    if action == "pause_voice" and cfg.watch.mode == "observe":  # touches nothing: told only
+        said["would"], action = action, "warn"
+        said["action"] = action
     cause = ""
     if fills_memory:
         said["cause"] = f"{ENGINES_OWN} ({fills_memory})"

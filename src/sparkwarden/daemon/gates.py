@@ -17,8 +17,8 @@ from typing import Literal
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
-from sparkwarden.daemon.decide import Mind, Transition, on_scrape
-from sparkwarden.daemon.intents import ExpireHold, GiveUp, Intent, Notify, Restart, Say
+from sparkwarden.daemon.decide import Mind, Pending, Transition, on_scrape
+from sparkwarden.daemon.intents import ExpireHold, GiveUp, Intent, Notify, Observe, Restart, Say
 from sparkwarden.daemon.kept import GaveUp
 from sparkwarden.daemon.observe import Recorded, Scrape
 from sparkwarden.evidence import triggers
@@ -39,6 +39,15 @@ def fresh(active: ContainerState | None, t: float, cfg: Config) -> str | None:
     return f"{active.name} up only {uptime:.0f}s (schedule.min_uptime {least:g}s)"
 
 
+def observed_key(pending: Pending, active: ContainerState | None) -> str:
+    """What an observed restart was for: this reason on this engine (by ID and start), and for
+    the schedule this night. Observe mode notes each once, however many looks still want it."""
+    target = pending.target or (active.id if active else "-")
+    started = active.started_at.isoformat() if active and active.started_at else "-"
+    night = pending.why if pending.reason == "schedule" else ""
+    return f"{pending.reason}|{target}|{started}|{night}"
+
+
 Admission = Literal["none", "dropped", "wait", "go"]
 #: what a planned restart waits for while the engine sleeps (status shows it as the drain's note)
 ASLEEP = "the engine sleeps (put to sleep on purpose): a planned restart waits for it to wake"
@@ -56,6 +65,8 @@ def _admit(
         return mind, [], "none"
     if facts.read_at < t:  # an operator's hold written a moment ago must stop it: read again
         return mind, [], "wait"
+    if cfg.watch.mode == "observe" and observed_key(pending, active) in facts.observed:
+        return replace(mind, pending=None), [], "dropped"  # noted already: once is the news
     intents: list[Intent] = []
     hold = facts.hold
     if hold is not None and hold.over(t):
@@ -151,6 +162,12 @@ def gate(
         if go is None:
             return mind, intents
         intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
+    if cfg.watch.mode == "observe":
+        key = observed_key(pending, active)
+        return replace(mind, pending=None), [
+            *intents,
+            Observe(pending.reason, pending.why, pending.target, key),
+        ]
     return replace(mind, pending=None), [
         *intents,
         Restart(pending.reason, pending.why, pending.target),

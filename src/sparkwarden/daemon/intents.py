@@ -71,6 +71,17 @@ class AdoptClusterStarts:
 
 
 @dataclass(frozen=True)
+class Observe:
+    """Observe mode's restart: record it as an ``observed`` run with the plan it would have run,
+    notify, touch nothing. ``key``: what it was for, so that it is noted once."""
+
+    reason: Reason
+    why: str
+    target: str | None
+    key: str
+
+
+@dataclass(frozen=True)
 class SpareFirstSight:
     """Write the notice an engine first seen past ``max_uptime`` gets before a planned restart."""
 
@@ -166,6 +177,7 @@ Intent = (
     | AdoptClusterStarts
     | KeepRetry
     | SpareFirstSight
+    | Observe
 )
 
 

@@ -110,11 +110,15 @@ class Recorded:
     operator_stopped: OperatorStop | None = None
     retry: Retry | None = None
     first_sight: FirstSight | None = None
+    #: observe mode: what it already noted it would restart, and its newest such run
+    observed: frozenset[str] = frozenset()
+    last_observed: dict[str, object] | None = None
 
 
 def read_journal(kept: Kept, t: float, window: float) -> Recorded:
     journal = kept.journal
-    runs = journal.runs(1)
+    runs = journal.runs(1, observed=False)
+    observed = journal.last_observed()
     return Recorded(
         hold=kept.hold(),
         gave_up=kept.gave_up(),
@@ -131,6 +135,8 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
         operator_stopped=kept.operator_stopped(),
         retry=kept.retry(),
         first_sight=kept.first_sight(),
+        observed=journal.observed_keys(),
+        last_observed=observed.to_json() if observed else None,
     )
 
 

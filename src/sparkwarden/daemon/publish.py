@@ -42,12 +42,20 @@ log = logs.get("sparkwarden.daemon")
 
 
 def state_name(
-    step: str | None, ready: bool, mind: Mind, gave_up: bool, held: bool, reboot: bool = False
+    step: str | None,
+    ready: bool,
+    mind: Mind,
+    gave_up: bool,
+    held: bool,
+    reboot: bool = False,
+    observing: bool = False,
 ) -> str:
-    """Derived from what runs and what is pending: a drain with nothing pending cannot show."""
+    """Derived from what runs and what is pending: a drain with nothing pending cannot show.
+    An operator's typed run shows as restarting in observe mode too."""
     if step is not None:
         return f"restarting: {step}" if step else "restarting"
-    name: State = "idle" if mind.waiting is None else "waiting"
+    idle: State = "observing" if observing else "idle"
+    name: State = idle if mind.waiting is None else "waiting"
     if not ready:
         name = "starting"
     elif reboot:
@@ -127,6 +135,7 @@ def build(
                 facts.gave_up is not None,
                 hold is not None,
                 facts.reboot_required is not None,
+                cfg.watch.mode == "observe",
             ),
             pending=mind.pending.reason if mind.pending else None,
             drain=mind.pending.drain.note if mind.pending and mind.pending.drain else None,
@@ -134,6 +143,7 @@ def build(
             waiting=waiting.what if waiting else None,
             command=waiting.command if waiting else None,
             looks=observer.looks,
+            mode=cfg.watch.mode,
         ),
         llm=LlmView(
             container=active.name if active else None,
@@ -163,7 +173,9 @@ def build(
         ),
         metrics=observer.last_scrape.note,
         restart_policy=docker_policy.report(
-            cfg.llm.restart_policy, seen.states if seen else (), facts.policies_taken
+            "leave" if cfg.watch.mode == "observe" else cfg.llm.restart_policy,
+            seen.states if seen else (),
+            facts.policies_taken,
         ),
         next_restart=next_restart(mind, seen, now, cfg, facts.first_sight),
         budget=BudgetView(used=spent.used, limit=spent.limit, why=spent.why),
@@ -187,6 +199,7 @@ def build(
         booting=booting if running else None,
         engine=engine_view(observer.release, observer.last_scrape.engine),
         cluster_watch=_cluster_watch(mind),
+        observed=facts.last_observed if cfg.watch.mode == "observe" else None,
     )
 
 

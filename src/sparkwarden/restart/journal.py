@@ -21,7 +21,9 @@ from typing import Any, Literal, TypedDict, Unpack, cast
 
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 
-RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run"]
+RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run", "observed"]
+# Runs that touched nothing ("dry-run", "observed") spend no budget, give no memory figures
+# and hold no lock: the queries below leave them out by name.
 StepResult = Literal["ok", "failed", "skipped", "running"]
 
 
@@ -32,6 +34,8 @@ class Plan(TypedDict, total=False):
     #: which code ran it, and what the trigger measured
     version: str
     why: str
+    #: an observed run (``watch.mode = "observe"``): what it would have restarted, once
+    observed_key: str
     #: a lone host's run: the container it chose, the voice it paused (and how), its moves
     container: str | None
     voice_paused: list[str]
@@ -295,7 +299,8 @@ class Journal:
         with self._tx() as db:
             now = self._clock() if at is None else at
             later = db.execute(
-                "SELECT MIN(started_at) AS at FROM runs WHERE id > ? AND result != 'dry-run'",
+                "SELECT MIN(started_at) AS at FROM runs WHERE id > ?"
+                " AND result NOT IN ('dry-run', 'observed')",
                 (run_id,),
             ).fetchone()
             if later is not None and later["at"] is not None:
@@ -338,7 +343,8 @@ class Journal:
         rows = self._db.execute(
             "SELECT reason, result, started_at, ended_at, (SELECT name FROM steps s"
             " WHERE s.run_id = runs.id AND s.result = 'failed' ORDER BY s.id LIMIT 1) AS failed"
-            " FROM runs WHERE started_at >= ? AND id > ? AND result != 'dry-run' ORDER BY id",
+            " FROM runs WHERE started_at >= ? AND id > ?"
+            " AND result NOT IN ('dry-run', 'observed') ORDER BY id",
             (since, after_run),
         ).fetchall()
         return [
@@ -352,7 +358,8 @@ class Journal:
         ``MemAvailable``), the drop_caches step's own figures, ok or failed."""
         rows = self._db.execute(
             "SELECT s.detail FROM steps s JOIN runs r ON r.id = s.run_id"
-            " WHERE s.name = 'drop_caches' AND r.started_at >= ? AND r.result != 'dry-run'"
+            " WHERE s.name = 'drop_caches' AND r.started_at >= ?"
+            " AND r.result NOT IN ('dry-run', 'observed')"
             " ORDER BY s.id",
             (since,),
         ).fetchall()
@@ -391,9 +398,27 @@ class Journal:
         ).fetchone()
         return self._with_steps(row) if row else None
 
-    def runs(self, limit: int = 20) -> list[RunRecord]:
-        rows = self._db.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    def runs(self, limit: int = 20, observed: bool = True) -> list[RunRecord]:
+        """The newest runs; ``observed=False`` leaves out the restarts observe mode only noted."""
+        rows = self._db.execute(
+            "SELECT * FROM runs WHERE (? OR result != 'observed') ORDER BY id DESC LIMIT ?",
+            (observed, limit),
+        ).fetchall()
         return [self._with_steps(row) for row in rows]
+
+    def last_observed(self) -> RunRecord | None:
+        row = self._db.execute(
+            "SELECT * FROM runs WHERE result = 'observed' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return self._with_steps(row) if row else None
+
+    def observed_keys(self, limit: int = 200) -> frozenset[str]:
+        """What observe mode has already noted it would restart (the newest ``limit``)."""
+        rows = self._db.execute(
+            "SELECT plan FROM runs WHERE result = 'observed' ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        keys = (json.loads(r["plan"] or "{}").get("observed_key") for r in rows)
+        return frozenset(k for k in keys if k)
 
     def run(self, run_id: int) -> RunRecord | None:
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()

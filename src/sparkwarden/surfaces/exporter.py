@@ -49,9 +49,18 @@ class SnapshotCollector(Collector):
         runs = CounterMetricFamily(
             "sparkwarden_runs", "Restart runs by reason and result", labels=["reason", "result"]
         )
+        observed = CounterMetricFamily(
+            "sparkwarden_observed_restarts",
+            "Restarts observe mode would have made (nothing touched), by reason",
+            labels=["reason"],
+        )
         for row in s.run_counts:
-            runs.add_metric([row["reason"], row["result"]], row["count"])
+            if row["result"] == "observed":
+                observed.add_metric([row["reason"]], row["count"])
+            else:
+                runs.add_metric([row["reason"], row["result"]], row["count"])
         yield runs
+        yield observed
         finished_ok = last_finished_ok(s.run_counts)
         if finished_ok is not None:
             yield gauge(

@@ -14,7 +14,15 @@ from sparkwarden.restart.docker_policy import PolicyView
 from sparkwarden.vllm.metrics import EngineMetrics
 
 State = Literal[
-    "starting", "idle", "waiting", "draining", "restarting", "held", "gave up", "reboot required"
+    "starting",
+    "idle",
+    "observing",
+    "waiting",
+    "draining",
+    "restarting",
+    "held",
+    "gave up",
+    "reboot required",
 ]
 STATES: Final[tuple[State, ...]] = get_args(State)
 
@@ -33,6 +41,8 @@ class DaemonView:
     #: looks at the box done since the daemon started: what a script (or a test) waits on to
     #: know that the daemon has seen a change, rather than a guessed number of seconds
     looks: int = 0
+    #: ``watch.mode``: "act", or "observe" (decides and tells, touches nothing)
+    mode: str = "act"
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,8 @@ class Snapshot:
     engine: EngineView | None = None  # what the engine says of itself (release, sleep, queue)
     #: a cluster's head: the daemon's last look at every node (state, summary, at, streak)
     cluster_watch: dict[str, Any] | None = None
+    #: observe mode: the newest restart it would have made (``history --json``'s record)
+    observed: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

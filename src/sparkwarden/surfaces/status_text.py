@@ -171,7 +171,10 @@ def format_text(s: dict[str, Any]) -> str:
     )
     if llm.get("note"):
         lines.append(f"             {llm['note']}")
-    lines.extend(_policy_lines(s.get("restart_policy") or {}))
+    observing = daemon.get("mode") == "observe"
+    lines.extend(_policy_lines(s.get("restart_policy") or {}, observing))
+    if observing:
+        lines += _observing_lines(s.get("observed"))
     lines.append(f"health:      {llm.get('health') or '-'}")
     lines += _engine_lines(s.get("engine") or {})
     if llm.get("last_probe"):
@@ -292,7 +295,18 @@ def _engine_lines(engine: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _policy_lines(policy: dict[str, Any]) -> list[str]:
+def _observing_lines(observed: dict[str, Any] | None) -> list[str]:
+    """Observe mode: nothing is touched; the newest restart it would have made."""
+    lines = ["observing:   watch.mode = observe: decides and tells, touches nothing"]
+    if observed is None:
+        return [*lines, "             would have restarted: nothing yet"]
+    at = local_time(observed.get("started_at"))
+    head = f"             would have restarted: #{observed['id']} {observed['reason']}, {at}"
+    why = (observed.get("plan") or {}).get("why") or ""
+    return [*lines, head, *([f"             {why}"] if why else [])]
+
+
+def _policy_lines(policy: dict[str, Any], observing: bool = False) -> list[str]:
     """Docker's restart policy: what sparkwarden took over, and, always, what is left at risk."""
     lines = [
         f"policy:      {name}: Docker's {was!r} taken over, now 'no'"
@@ -301,6 +315,8 @@ def _policy_lines(policy: dict[str, Any]) -> list[str]:
     ]
     for name, now in (policy.get("at_risk") or {}).items():
         why = "llm.restart_policy = leave" if policy.get("mode") == "leave" else "see the log"
+        if observing:
+            why = "watch.mode = observe takes none over"
         lines.append(f"RISK:        {name}: Docker restart policy {now!r}")
         lines.append(f"             restarts a crash into ghost memory ({why})")
     return lines

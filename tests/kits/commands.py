@@ -112,7 +112,7 @@ class _Checked(subprocess.Popen[str]):
         return out, err
 
 
-def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:
+def start_cli(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``sparkwarden ARGS`` in the background (the caller waits for it or kills it)."""
     proc = _Checked(
         [sys.executable, "-m", "sparkwarden", "--config", str(config), *args],
@@ -120,6 +120,7 @@ def start_cli(config: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
     proc.args_given = args
     return proc

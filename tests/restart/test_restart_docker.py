@@ -13,12 +13,14 @@ import psutil
 import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
+from sparkwarden.base import faults
 from sparkwarden.config import schema as cfg
 from sparkwarden.restart import sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, StepEvent
 from sparkwarden.restart.sequence import STEPS
 from tests.kits.commands import history, run_cli, start_cli
+from tests.kits.daemonkit import wait_for
 from tests.kits.soundness import assert_sound
 
 pytestmark = pytest.mark.docker
@@ -235,21 +237,23 @@ def test_missing_container_is_named_and_nothing_is_touched(
 
 
 def test_concurrent_restart_is_refused_naming_the_running_one(
-    stage: Stage, make_config: Any
+    stage: Stage, make_config: Any, tmp_path: Path
 ) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "3")
+    llm, port = stage.llm("llm")
     wait_healthy(port, timeout=30)
     config = make_config([llm], port, [])
-    first = start_cli(config, "restart")
+    # the first run holds after detect until the second has been refused: a second CLI's own
+    # start-up on a loaded machine outlasted a 3 s boot, and found the lock free (CI)
+    release = tmp_path / "release"
+    held = {faults.ENABLE: "1", faults.STALL_AT: "detect", faults.RELEASE: str(release)}
+    first = start_cli(config, "restart", env=held)
     try:
-        state_dir = cfg.load(config).state.dir
-        deadline = time.monotonic() + 20
-        while RunLock(state_dir).held_by_other() is None:
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.05)
+        wait_for("the first run to hold", Path(f"{release}.held").exists, timeout=30)
+        assert RunLock(cfg.load(config).state.dir).held_by_other() is not None
         second = run_cli(config, "restart")
         assert second.returncode == 1
         assert "another sequence is running" in second.stderr and "reason manual" in second.stderr
+        release.touch()
         assert first.wait(timeout=60) == 0
     finally:
         if first.poll() is None:

@@ -112,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="machine-readable output")
     history.add_argument("--limit", type=_positive_int, default=20, help="how many runs (20)")
 
+    why = command("why", "the story of a run: what fired, the gates, each step, the end")
+    why.add_argument(
+        "run", nargs="?", type=_positive_int, help="its number (default: the newest automatic)"
+    )
+
     command("check-config", "validate the config and print the effective values")
 
     command("run", "the supervisor daemon, in the foreground (what systemd starts)")
@@ -248,6 +253,11 @@ def _command(argv: Sequence[str] | None) -> int:
             from sparkwarden.actions import history
 
             return history.run(config, as_json=args.json, limit=args.limit)
+        if args.command == "why":
+            from sparkwarden.actions import why
+            from sparkwarden.config.locate import places
+
+            return why.run(places(args.config), args.run)
         if args.command == "run":
             from sparkwarden.actions import run as run_action
 

@@ -73,6 +73,10 @@ def test_docker_kill_is_a_crash_recovered_docker_stop_is_left_alone(
     assert run["result"] == "ok", run
     assert run["container"] == llm and "stop_llm" in [s["name"] for s in run["steps"]]
     assert stage.status(llm) == "running" and stage.status(stt) == "running"
+    why = " ".join(run_cli(daemon.config, "why").stdout.split())
+    assert f"fired: the crash trigger: {llm} is exited (exit code 137" in why, why
+    assert "drain: none: crash is not planned, it goes at once" in why, why
+    assert f"ended: ok: {llm} answered a chat request" in why, why
 
     stage.client.containers.get(llm).stop(timeout=5)  # the operator's own hands
     daemon.after_looks(6)
@@ -498,6 +502,12 @@ def test_missed_schedule_is_made_up_at_boot_after_a_drain(stage: Stage, start_da
     run = wait_for("a schedule run", lambda: daemon.runs_with("schedule"), timeout=60)[0]
     assert run["result"] == "ok"
     assert "making up the run due at" in daemon.text()
+    # "why did it restart at 3 a.m.?": the trigger, the gates with the drain's end, the steps
+    why = " ".join(run_cli(daemon.config, "why").stdout.split())
+    assert f"run #{run['id']}: schedule" in why and "fired: the schedule trigger: making up" in why
+    assert "gates: hold: none; budget: 0 of 3 automatic runs used before it; drain: " in why
+    assert "drain: none" not in why, why  # a planned restart drained first
+    assert all(step["name"] in why for step in run["steps"]) and "ended: ok:" in why
 
 
 def test_status_contract_with_and_without_the_daemon(stage: Stage, start_daemon: Any) -> None:

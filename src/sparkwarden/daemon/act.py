@@ -54,6 +54,7 @@ class Hands(ClusterHands):
         #: What a running sequence is doing ("" before its first step); None when none runs.
         self.step: str | None = None
         self.boot = None
+        self.gates: dict[str, str] | None = None
 
     def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
         """Do each intent in order; returns a run's result, and whether the journal's facts
@@ -86,8 +87,8 @@ class Hands(ClusterHands):
                 case do.TakeOverPolicy(container):
                     self._take_over_policy(container)
                     wrote = True
-                case do.Restart(reason, why, target):
-                    ended = self.sequence(reason, why, target=target)
+                case do.Restart(reason, why, target, gates):
+                    ended = self.sequence(reason, why, target=target, gates=dict(gates))
                 case do.Adopt(engine):
                     self.kept.put_engine(engine)
                     self.kept.put_operator_stopped(None)  # it, or another, is up again
@@ -112,10 +113,17 @@ class Hands(ClusterHands):
         return ended, wrote
 
     def sequence(
-        self, reason: str, why: str, call: ManualCall | None = None, target: str | None = None
+        self,
+        reason: str,
+        why: str,
+        call: ManualCall | None = None,
+        target: str | None = None,
+        gates: dict[str, str] | None = None,
     ) -> do.RunEnded | None:
         """The restart sequence under the run lock; None when the lock is someone else's.
-        ``target``: the only container (ID) it may touch."""
+        ``target``: the only container (ID) it may touch; ``gates``: what it passed, kept in
+        its plan for ``sparkwarden why``."""
+        self.gates = gates
         try:
             self.run_lock.acquire(reason)
         except LockBusy as exc:

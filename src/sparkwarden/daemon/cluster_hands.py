@@ -38,6 +38,8 @@ class ClusterHands:
     step: str | None
     #: While a run waits for the started engine: its number, trigger, why, and since when.
     boot: tuple[int, str, str, float] | None
+    #: the gates the run under way passed (None: an operator's), written into its plan
+    gates: dict[str, str] | None
 
     def _observer(
         self,
@@ -58,6 +60,8 @@ class ClusterHands:
             self.step = f"step {event.index} of {event.total}: {event.name}"
             self._track_boot(event, reason, why)
             if event.phase == "begin" and event.index == 1:
+                if self.gates:
+                    self.parts.journal.remember(event.run_id, gates=self.gates)
                 begun()
                 self.run_lock.set_run(event.run_id, reason)
                 if call is not None:

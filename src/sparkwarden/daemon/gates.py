@@ -136,6 +136,13 @@ def gate(
         return mind, intents
     pending = mind.pending
     assert pending is not None
+    spent = budget(facts, t, cfg)
+    hold = "expired" if any(isinstance(i, ExpireHold) for i in intents) else "none"
+    passed = [
+        ("hold", hold),
+        ("budget", f"{spent.used} of {spent.limit} automatic runs used before it"),
+        ("drain", f"none: {pending.reason} is not planned, it goes at once"),
+    ]
     if pending.reason in PLANNED:
         drain = pending.drain
         if sample is not None and sample.engine is not None and sample.engine.sleeping:
@@ -162,6 +169,7 @@ def gate(
         if go is None:
             return mind, intents
         intents.append(Say("info", "drained", {"reason": pending.reason, "why": go}))
+        passed[-1] = ("drain", go)
     if cfg.watch.mode == "observe":
         key = observed_key(pending, active)
         return replace(mind, pending=None), [
@@ -170,5 +178,5 @@ def gate(
         ]
     return replace(mind, pending=None), [
         *intents,
-        Restart(pending.reason, pending.why, pending.target),
+        Restart(pending.reason, pending.why, pending.target, tuple(passed)),
     ]

@@ -43,6 +43,8 @@ class Restart:
     reason: Reason
     why: str
     target: str | None = None
+    #: the gates it passed, by name, as said to the operator (``sparkwarden why``)
+    gates: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ class Plan(TypedDict, total=False):
     why: str
     #: an observed run (``watch.mode = "observe"``): what it would have restarted, once
     observed_key: str
+    #: the daemon's gates it passed, by name (hold, budget, drain): ``sparkwarden why``
+    gates: dict[str, str]
     #: a lone host's run: the container it chose, the voice it paused (and how), its moves
     container: str | None
     voice_paused: list[str]

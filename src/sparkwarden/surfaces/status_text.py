@@ -235,6 +235,7 @@ def format_text(s: dict[str, Any]) -> str:
         ]
         for row in _wrap(steps, WIDTH - len(INDENT)):
             lines.append(f"{INDENT}{row}")
+        lines.append(f"{INDENT}why it ran, and how: 'sparkwarden why {last['id']}'")
     lines += _cluster_lines(s.get("cluster"))
     return fit_all([inert(line) for line in lines], WIDTH, INDENT)  # escaped, then wrapped
 

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("check-config", "validate the config and print the effective values")
 
+    notify = command("notify", "notifications: --test sends a test event to every target")
+    notify.add_argument(
+        "--test", action="store_true", required=True, help="send the test event now"
+    )
+
     command("run", "the supervisor daemon, in the foreground (what systemd starts)")
 
     status = command("status", "what the daemon sees and does; works without it too")
@@ -244,7 +249,7 @@ def _command(argv: Sequence[str] | None) -> int:
 
             return check_config.run(config, source)
         if args.command in ("run", "record"):  # they read the secrets; status and history do not
-            secrets.require_secrets(config, source)
+            secrets.require_secrets(config, source, notify=args.command == "run")
         if args.command == "restart":
             from sparkwarden.actions import restart
 
@@ -253,6 +258,11 @@ def _command(argv: Sequence[str] | None) -> int:
             from sparkwarden.actions import history
 
             return history.run(config, as_json=args.json, limit=args.limit)
+        if args.command == "notify":
+            from sparkwarden.actions import notify as notify_action
+
+            secrets.require_secrets(config, source, keys=False)
+            return notify_action.run(config)
         if args.command == "why":
             from sparkwarden.actions import why
             from sparkwarden.config.locate import places

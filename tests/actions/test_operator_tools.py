@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import signal
 import threading
+import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import tomli_w
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
@@ -227,8 +230,38 @@ def test_daemon_notifies_every_kind_of_target_and_a_dead_one_blocks_nothing(
         stage.client.containers.get(llm).kill()  # again, at once: deduplicated
         wait_for("the second crash run", lambda: len(daemon.runs_with("crash")) == 2)
         wait_for("the failing target to be tried", lambda: "notify_failed" in daemon.text())
+        # a reload naming a variable this daemon's environment lacks keeps the running config
+        data = tomllib.loads(config.read_text())
+        data["notify"].append({"kind": "webhook", "url_env": "SW_NEVER_SET_ANYWHERE"})
+        config.write_text(tomli_w.dumps(data))
+        daemon.signal(signal.SIGHUP)
+        wait_for("the reload refused", lambda: "reload_refused" in daemon.text())
+        assert "$SW_NEVER_SET_ANYWHERE is not set" in daemon.text()
+        assert daemon.after_looks(2)["daemon"]["running"]
     finally:
         daemon.stop()
+    deliveries = list(receiver.got)
+    # neither the dry run nor record sends anything: the unset variable is no reason to refuse
+    assert run_cli(config, "restart", "--dry-run").returncode == 0
+    trace = tmp_path / "trace.jsonl"
+    recorded = run_cli(config, "record", "--out", str(trace), "--duration", "1s")
+    assert recorded.returncode == 0, recorded.stderr
+    # notify --test needs it, and says so before sending anything
+    unset = run_cli(config, "notify", "--test")
+    assert unset.returncode == 2 and "$SW_NEVER_SET_ANYWHERE is not set" in unset.stderr
+    data["notify"].pop()
+    config.write_text(tomli_w.dumps(data))
+    tested = run_cli(config, "notify", "--test")
+    assert tested.returncode == 1, tested.stdout  # the dead target
+    assert "notify[0] (webhook): answered" in tested.stdout
+    assert "notify[3] (webhook): FAILED: ConnectError" in tested.stdout
+    assert "1 of 4 target(s) failed" in tested.stdout and "nobody-listens" not in tested.stdout
+    tests = receiver.got[len(deliveries) :]
+    assert len(tests) == 3, tests  # every live target, whatever its events and min_interval
+    test_by_path = {g["path"].split("?")[0]: g for g in tests}
+    assert json.loads(test_by_path["/hook"]["body"])["event"] == "test"
+    assert test_by_path["/ntfy"]["headers"]["Priority"] == "low"
+    receiver.got[:] = deliveries
     by_path = {g["path"].split("?")[0]: g for g in receiver.got}
     assert len(receiver.got) == 3, [g["path"] for g in receiver.got]
     hook = json.loads(by_path["/hook"]["body"])

@@ -428,6 +428,46 @@ def test_install_service_starts_it_only_after_ready(box: Box) -> None:
     assert "active (running)" in box.ok("systemctl status sparkwarden")
 
 
+#: operating.md's check of the notifications, with the unit's own environment file.
+NOTIFY_TEST = "set -a; . /etc/sparkwarden/env; set +a; sparkwarden notify --test"
+
+
+def test_a_secret_in_the_units_environment_file_reaches_the_daemon(
+    box: Box, hook: Receiver
+) -> None:
+    """A [[notify]] url_env comes from /etc/sparkwarden/env, the unit's EnvironmentFile= (made
+    root's, 0600, by install-service): without the variable the daemon refuses to start, naming
+    it; with it, it starts and its notifications arrive; operating.md's check sends a test."""
+    assert box.ok("stat -c '%a %U' /etc/sparkwarden/env").strip() == "600 root"
+    assert "EnvironmentFile=-/etc/sparkwarden/env" in box.ok("systemctl cat sparkwarden")
+    before = box.ok("cat /etc/sparkwarden/sparkwarden.toml")
+    by_env = before.replace('url_file = "/etc/sparkwarden/hook.url"', 'url_env = "SW_HOOK_URL"')
+    assert by_env != before
+    try:
+        box.put_config(by_env)
+        code, _ = box.sh("systemctl reset-failed sparkwarden; systemctl restart sparkwarden")
+        assert code != 0
+        assert "$SW_HOOK_URL is not set" in box.ok("journalctl -u sparkwarden -o cat -n 30")
+        env = box.ok("cat /etc/sparkwarden/env") + f"SW_HOOK_URL={hook.url('/from-env')}\n"
+        box.put("/etc/sparkwarden/env", env, 0o600)
+        box.restart()
+        assert box.show("ActiveState") == "active"
+        box.stage.client.containers.get(box.llm).kill()  # type: ignore[attr-defined]
+        wait_for(
+            "crash_recovered through the variable",
+            lambda: any(
+                g["path"] == "/from-env" and '"crash_recovered"' in g["body"] for g in hook.got
+            ),
+            timeout=120,
+        )
+        out = box.ok(NOTIFY_TEST)
+        assert "notify[0] (webhook): answered" in out and "every target answered" in out
+        assert any(g["path"] == "/from-env" and '"test"' in g["body"] for g in hook.got)
+    finally:
+        box.put_config(before)
+        box.restart()
+
+
 def test_status_text_reaches_systemd_and_status_answers(box: Box) -> None:
     llm = box.llm  # type: ignore[attr-defined]
     wait_for("STATUS=", lambda: llm in box.show("StatusText"))
@@ -776,6 +816,8 @@ def test_install_without_a_config_and_no_start_then_uninstall_purge(box: Box) ->
         'print(packaged("sparkwarden.toml"), end="")\''
     )
     assert box.ok("cat /etc/sparkwarden/sparkwarden.toml") == shipped
+    assert "writing /etc/sparkwarden/env (0600, root only)" in out
+    assert box.ok("stat -c '%a %U' /etc/sparkwarden/env").strip() == "600 root"
     assert box.ok("stat -c '%a %G' /etc/sparkwarden/sparkwarden.toml").strip() == "640 sparkwarden"
     assert box.ok("systemctl is-enabled sparkwarden").strip() == "enabled"
     assert box.show("ActiveState") == "inactive"  # --no-start: enabled, not started

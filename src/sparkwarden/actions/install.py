@@ -126,6 +126,17 @@ def _exec_start(unit: Path) -> Path | None:
     return None
 
 
+#: The unit's ``EnvironmentFile=``, beside the config: the secrets given as variables.
+ENV_FILE = "env"
+ENV_TEXT = """\
+# The environment of the sparkwarden unit (EnvironmentFile=-/etc/sparkwarden/env): KEY=value
+# lines, root's own file, mode 0600. For secrets the config names by variable:
+#   a [[notify]] target's url_env, e.g.  SPARKWARDEN_NTFY_URL=https://ntfy.sh/your-topic
+#   the engine's --api-key, when llm.api_key_file is not set:  SPARKWARDEN_LLM_API_KEY=...
+# Apply with: systemctl restart sparkwarden (a reload does not re-read this file).
+"""
+
+
 def install(root: Path | None, start: bool) -> int:
     """Put the unit and a config in place; enable and start the unit (unless ``root``)."""
     live = root is None
@@ -151,6 +162,12 @@ def install(root: Path | None, start: bool) -> int:
     else:
         _say(f"writing the default {config}: edit llm.containers and llm.base_url")
         _write(config, packaged("sparkwarden.toml"), 0o640)
+    env = config.parent / ENV_FILE
+    if env.exists():
+        _say(f"keeping the existing {env} (never overwritten)")
+    else:
+        _say(f"writing {env} (0600, root only): secrets as KEY=value lines for the unit")
+        _write(env, ENV_TEXT, 0o600)
     if gid is not None:  # the group reads the config to find the control socket
         _say(f"making {config.parent} and {config.name} readable to group {GROUP!r} (0750/0640)")
         for path, mode in ((config.parent, 0o750), (config, 0o640)):

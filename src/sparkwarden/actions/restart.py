@@ -47,7 +47,8 @@ def run(config: Config, source: Path, reason: str, dry_run: bool) -> int:
             from sparkwarden.actions import cluster
 
             return cluster.restart(config, reason)
-    require_secrets(config, source)  # run here, the sequence reads the API key itself
+    # run here, the sequence reads the API key itself; it sends no notification
+    require_secrets(config, source, notify=False)
     parts = Parts.from_config(config)
     try:
         if dry_run:

@@ -15,7 +15,9 @@ from sparkwarden.config.schema import Config
 from sparkwarden.config.secretfiles import key_problem, secret_file_problem, unreadable
 
 
-def secret_report(config: Config) -> tuple[list[str], list[str]]:
+def secret_report(
+    config: Config, keys: bool = True, notify: bool = True
+) -> tuple[list[str], list[str]]:
     """What the daemon and a sequence need beyond the file itself, the secrets they read:
     (absent here: missing, unreadable, unset; wrong: in other hands, malformed, not a URL).
 
@@ -26,10 +28,10 @@ def secret_report(config: Config) -> tuple[list[str], list[str]]:
     """
     absent: list[str] = []
     wrong: list[str] = []
-    keys = {"llm.api_key_file": config.llm.api_key_file}
+    files = {"llm.api_key_file": config.llm.api_key_file}
     if config.gateway is not None:
-        keys["gateway.api_key_file"] = config.gateway.api_key_file
-    for field, path in keys.items():
+        files["gateway.api_key_file"] = config.gateway.api_key_file
+    for field, path in files.items() if keys else ():
         if path is None:
             continue
         if unread := unreadable(path):
@@ -38,7 +40,7 @@ def secret_report(config: Config) -> tuple[list[str], list[str]]:
             wrong.append(f"{field}: {problem}")
         elif shape := key_problem(path.read_text(errors="replace")):
             wrong.append(f"{field}: {str(path)!r}: {shape}")
-    for index, target in enumerate(config.notify):
+    for index, target in enumerate(config.notify if notify else ()):
         key = f"notify.{index}"
         if target.url_file is not None:
             if unread := unreadable(target.url_file):
@@ -55,14 +57,16 @@ def secret_report(config: Config) -> tuple[list[str], list[str]]:
     return absent, wrong
 
 
-def secret_problems(config: Config) -> list[str]:
+def secret_problems(config: Config, keys: bool = True, notify: bool = True) -> list[str]:
     """Every reason a secret cannot be used, absent or wrong (see :func:`secret_report`)."""
-    absent, wrong = secret_report(config)
+    absent, wrong = secret_report(config, keys, notify)
     return absent + wrong
 
 
-def require_secrets(config: Config, source: Path) -> None:
-    """Raise :class:`ConfigError` (exit 2, nothing touched) when a secret is not usable."""
-    problems = secret_problems(config)
+def require_secrets(config: Config, source: Path, keys: bool = True, notify: bool = True) -> None:
+    """Raise :class:`ConfigError` (exit 2, nothing touched) when a secret is not usable:
+    ``keys``, the engine's and gateway's API keys; ``notify``, the notification URLs (only the
+    daemon and ``notify --test`` send; ``restart`` and ``record`` never do)."""
+    problems = secret_problems(config, keys, notify)
     if problems:
         raise ConfigError(f"config {source}: " + "; ".join(problems))

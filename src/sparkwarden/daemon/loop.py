@@ -33,7 +33,9 @@ from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config import schema as config_mod
+from sparkwarden.config.locate import resolve_path
 from sparkwarden.config.schema import Config
+from sparkwarden.config.secrets import require_secrets
 from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon.act import Hands
 from sparkwarden.daemon.cluster_looks import ClusterLooks
@@ -205,8 +207,9 @@ class Daemon:
         self.reload_wanted = False
         try:
             new = config_mod.load(self.path)
+            require_secrets(new, resolve_path(self.path))  # an unset url_env: no next start
         except SparkwardenError as exc:
-            log.error("reload_refused", error=str(exc))
+            log.error("reload_refused", error=str(exc), kept="the running config")
             return
         log.info("reloading", config=str(self.path))
         self.reloaded, self.stopping = new, True

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -25,9 +25,15 @@ from sparkwarden.config.schema import NotifyTarget
 log = logs.get("sparkwarden.notify")
 
 
+#: ``notify --test``'s kind: no config can subscribe to it, so no receiver's filter takes it for
+#: an alert, and every target gets it.
+TEST: Literal["test"] = "test"
+TEST_TITLE = "sparkwarden: a test notification (notify --test), nothing happened"
+
+
 @dataclass(frozen=True)
 class Event:
-    kind: Notice
+    kind: Notice | Literal["test"]
     subject: str
     summary: str
     detail: dict[str, Any]
@@ -36,12 +42,15 @@ class Event:
 
 def payload(target: NotifyTarget, event: Event, host: str) -> dict[str, Any]:
     """The request for one target: keyword arguments for ``httpx.Client.post``."""
-    title = TITLES[event.kind]
+    title = TEST_TITLE if event.kind == TEST else TITLES[event.kind]
     if target.kind == "ntfy":
         priority = "urgent" if event.kind in ("gave_up", "reboot_required") else "high"
+        tags = "sparkwarden"
+        if event.kind == TEST:
+            priority, tags = "low", "sparkwarden,test"
         return {
             "content": f"{host}: {event.summary}".encode(),
-            "headers": {"Title": title, "Priority": priority, "Tags": "sparkwarden"},
+            "headers": {"Title": title, "Priority": priority, "Tags": tags},
         }
     if target.kind == "slack":
         return {"json": {"text": f"*{title}* on `{host}`: {event.summary}"}}
@@ -105,24 +114,44 @@ class Webhooks:
                         log.exception("notify_crashed", target=f"notify[{index}]")
 
     def _send(self, client: httpx.Client, index: int, target: NotifyTarget, event: Event) -> None:
-        name = f"notify[{index}] ({target.kind})"  # the URL may hold a token: never logged
-        try:
-            response = client.post(target.url(), **payload(target, event, self._host))
-            response.raise_for_status()
-        except httpx.HTTPStatusError as exc:
-            log.warning(
-                "notify_failed",
-                target=name,
-                notice=event.kind,
-                error=f"HTTP {exc.response.status_code}",
-            )
-        except httpx.HTTPError as exc:
-            log.warning("notify_failed", target=name, notice=event.kind, error=type(exc).__name__)
-        else:
+        name = target_name(index, target)
+        error = deliver(client, target, event, self._host)
+        if error is None:
             log.info("notified", target=name, notice=event.kind)
+        else:
+            log.warning("notify_failed", target=name, notice=event.kind, error=error)
 
     def stop(self) -> None:
         if self._thread is not None:
             with contextlib.suppress(queue.Full):
                 self._queue.put_nowait(None)
             self._thread.join(timeout=6)
+
+
+def target_name(index: int, target: NotifyTarget) -> str:
+    """How a target is named in logs and output: its URL may hold a token, so never that."""
+    return f"notify[{index}] ({target.kind})"
+
+
+def deliver(client: httpx.Client, target: NotifyTarget, event: Event, host: str) -> str | None:
+    """One POST; None when the target answered 2xx, else what went wrong (no URL in it)."""
+    try:
+        response = client.post(target.url(), **payload(target, event, host))
+        response.raise_for_status()
+    except httpx.HTTPStatusError as exc:
+        return f"HTTP {exc.response.status_code}"
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    return None
+
+
+def send_test(targets: list[NotifyTarget]) -> list[tuple[str, str | None]]:
+    """``notify --test``: the test event to every target now, whatever its ``events`` and
+    ``min_interval``; each target's name and its error (None: it answered)."""
+    host = socket.gethostname()
+    event = Event(TEST, "sparkwarden", f"a test notification from {host}", {}, time.time())
+    with httpx.Client(timeout=httpx.Timeout(5.0)) as client:
+        return [
+            (target_name(i, target), deliver(client, target, event, host))
+            for i, target in enumerate(targets)
+        ]

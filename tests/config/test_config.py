@@ -131,6 +131,13 @@ def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
     assert "# [gateway]" in text  # optional, shown commented with every key of its schema
     for key in cfg.GatewayConfig.model_fields:
         assert f"# {key} = " in text.split("# [gateway]", 1)[1], key
+    # [cluster] too (issue 36 item 5.10): every key, and the example, uncommented, is valid
+    cluster = text.split("# [cluster]", 1)[1]
+    for key in [*cfg.ClusterConfig.model_fields, *cfg.ClusterNode.model_fields]:
+        assert f"# {key} = " in cluster or key == "nodes", key
+    uncommented = "\n".join(line.removeprefix("# ") for line in cluster.splitlines())
+    example = tomllib.loads("[cluster]\n" + uncommented)
+    assert cfg.parse({"llm": shipped["llm"], **example}).cluster is not None
 
 
 def test_gateway_is_optional_checked_and_its_key_read_when_needed(

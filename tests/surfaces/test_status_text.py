@@ -7,6 +7,7 @@ from typing import Any
 
 from sparkwarden.base.version import version
 from sparkwarden.surfaces import status_text as status_mod
+from tests.kits.commands import run_cli
 
 CAUSE = "last trigger crash: swt-llm exited with code 137 (OOM-killed) while loading"
 
@@ -67,3 +68,15 @@ def test_the_version_line_says_when_the_daemon_runs_other_code_than_installed() 
     old = status_mod.format_text({"daemon": {"running": True, "version": "0.1.0"}})
     assert f"0.1.0 runs; {version()} is installed" in unwrapped(old)
     assert "install-service" in unwrapped(old)
+
+
+def test_with_no_snapshot_at_all_status_says_unknown_never_defaults(
+    make_config: Any,
+) -> None:
+    """Issue 36 item 5.5: with no snapshot, status said "canary: off (acceptance.confirm =
+    none...)" and "budget: 0 of ?": defaults that read as facts."""
+    shown = run_cli(make_config(["vllm"], 9, []), "status")
+    assert shown.returncode == 1  # README: 1 when there is no snapshot
+    assert "unknown: no snapshot yet" in shown.stdout and "GiB available" in shown.stdout
+    for false in ("canary:", "budget:", "acceptance:", "0 of ?"):
+        assert false not in shown.stdout, shown.stdout

@@ -154,6 +154,8 @@ def format_text(s: dict[str, Any]) -> str:
         )
     if not daemon.get("running") and detail:
         lines.append(f"             {detail}")
+    if not daemon.get("running") and not s.get("written_at"):  # never looked: memory only
+        return fit_all([inert(line) for line in [*lines, *_unknown_lines(mem)]], WIDTH, INDENT)
     if daemon.get("drain"):
         lines.append(f"drain:       {daemon['drain']}")
     if s.get("reboot_required"):
@@ -294,6 +296,17 @@ def _engine_lines(engine: dict[str, Any]) -> list[str]:
         parts += [f"waiting for {why} {n:g}" for why, n in waiting.items() if n]
         lines.append(f"queue:       {', '.join(parts) or 'nobody waiting'}"[:79])
     return lines
+
+
+def _unknown_lines(mem: dict[str, Any]) -> list[str]:
+    """Status with no snapshot at all (the daemon never ran here, or ran on another
+    ``state.dir``): it says so, rather than defaults that read as facts."""
+    return [
+        "llm:         unknown: no snapshot yet (the daemon writes one at each look)",
+        f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
+        " GiB available",
+        "start it:    systemctl start sparkwarden (or see: systemctl status sparkwarden)",
+    ]
 
 
 def _observing_lines(observed: dict[str, Any] | None) -> list[str]:

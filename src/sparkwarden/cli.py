@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sparkwarden.config.schema import Config
 
+from sparkwarden.base.exits import Exit
 from sparkwarden.base.version import version
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = Exit.OK, Exit.FAILED, Exit.USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -187,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: The exit status of a command whose reader quit (``| head -1``): a shell's 128 + SIGPIPE.
-EXIT_READER_GONE = 141
+EXIT_READER_GONE = Exit.READER_GONE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,3 +50,15 @@ def test_a_broken_link_is_seen(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title here\n[ok](#title-here) [gone](nowhere.md) [bad](#no-such)\n")
     assert broken_links(page) == ["nowhere.md", "#no-such"]
+
+
+def test_the_exit_code_table_is_the_codes_own() -> None:
+    """Issue 36: one table of exit codes, used by the code and the docs."""
+    from sparkwarden.base.exits import MEANINGS
+
+    text = (ROOT / "docs" / "operating.md").read_text().split("### Exit codes", 1)[1]
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+    shown = {int(c): m for c, m in (r.strip("| ").split(" | ", 1) for r in rows)}
+    assert shown == {int(code): meaning for code, meaning in MEANINGS.items()}
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/operating.md#exit-codes" in readme  # README's status codes point to it

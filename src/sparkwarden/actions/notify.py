@@ -3,11 +3,12 @@ so an operator sees each one answer before a real alert depends on it."""
 
 from __future__ import annotations
 
+from sparkwarden.base.exits import Exit
 from sparkwarden.config.schema import Config
 from sparkwarden.surfaces.webhooks import send_test
 
 #: Exit codes: every target answered; a target failed, or there is none to test.
-ALL_ANSWERED, NOT_ALL = 0, 1
+ALL_ANSWERED, NOT_ALL = Exit.OK, Exit.FAILED
 
 
 def run(config: Config) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from sparkwarden.actions.foreground import say, uncut
 from sparkwarden.actions.run_lines import print_plan, print_step, record_dry_run, verdict_line
 from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.exits import Exit
 from sparkwarden.config.schema import Config
 from sparkwarden.config.secrets import require_secrets
 from sparkwarden.restart import sequence
@@ -91,7 +92,7 @@ def _through_daemon(config: Config, reason: str) -> int:
             verdict_line(f"run #{first['run']} goes on in the daemon: see 'sparkwarden history'")
         else:
             verdict_line("the daemon may have taken the restart: see 'sparkwarden history'")
-        return 130
+        return Exit.INTERRUPTED
 
 
 def _follow(run_id: int, answers: Iterator[dict[str, Any]]) -> int:

@@ -16,12 +16,11 @@ from typing import Any
 
 from sparkwarden.base.columns import fit_all
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
+from sparkwarden.base.exits import Exit
 
 STATUS_FILE = "status.json"
 
-EXIT_OK = 0
-EXIT_PROBLEM = 1  # gave up, or the LLM is down
-EXIT_NO_DAEMON = 3
+EXIT_OK, EXIT_PROBLEM, EXIT_NO_DAEMON = Exit.OK, Exit.FAILED, Exit.NO_DAEMON
 #: The daemon's state when status had to read the file instead.
 NOT_RUNNING = "not running"
 NOT_ANSWERING = "not answering"

@@ -264,7 +264,8 @@ class Observer:
             if model
             else ChatOutcome(False, "/v1/models names no model")
         )
-        self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:70]
+        # the detail is bounded where it is made (40 characters of the answer); status wraps it
+        self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:200]
         gateway = None
         if canary.ok and watched is not None and cfg.gateway is not None:
             gateway = watched.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
+from sparkwarden.base import faults
 from sparkwarden.evidence.canary import WORKLOAD_NOT_DRAFTER
 from sparkwarden.surfaces import control
 from sparkwarden.vllm import metrics
@@ -547,14 +548,21 @@ def test_status_contract_with_and_without_the_daemon(stage: Stage, start_daemon:
     assert "NOT RUNNING" in run_cli(daemon.config, "status").stdout
 
 
-def test_two_restart_requests_never_start_two_sequences(stage: Stage, start_daemon: Any) -> None:
-    llm, port = stage.llm("llm", "--boot-delay", "4")
+def test_two_restart_requests_never_start_two_sequences(
+    stage: Stage, start_daemon: Any, tmp_path: Path
+) -> None:
+    llm, port = stage.llm("llm")
     wait_healthy(port)
-    daemon = start_daemon([llm], port, [])
+    # the daemon's run holds after start_llm until the second request was refused: a second
+    # CLI's start-up on a loaded machine outlasted a 4 s boot, and found no run (CI)
+    release = tmp_path / "release"
+    held = {faults.ENABLE: "1", faults.STALL_AT: "start_llm", faults.RELEASE: str(release)}
+    daemon = start_daemon([llm], port, [], env=held)
     first = start_cli(daemon.config, "restart")
-    wait_for("the first run", lambda: running_step(daemon.config) == "wait_health")
+    wait_for("the first run to hold", Path(f"{release}.held").exists, timeout=60)
     second = run_cli(daemon.config, "restart")
     assert second.returncode == 1 and "another sequence is running" in second.stderr
+    release.touch()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, out + err
     assert "run #1 by the daemon" in out and "[8/9] resume_voice" in out

@@ -8,10 +8,12 @@ memory floor acted on before the engine's slow HTTP reads.
 from __future__ import annotations
 
 import queue
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
+from sparkwarden.daemon import loop as loop_module
 from sparkwarden.daemon.handlers import STARTING, WAKE, Handlers, apply_admin
 from sparkwarden.daemon.intents import RunEnded
 from sparkwarden.daemon.kept import Identity
@@ -105,7 +108,9 @@ def test_a_hold_written_behind_a_queued_crash_stops_its_restart(
     daemon = make_daemon(tmp_path, Recorder(llm_status="exited"))
     closing.append(daemon)
     ran: list[str] = []
-    daemon.hands.sequence = lambda reason, why, call=None, target=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
+    daemon.hands.sequence = lambda reason, why, call=None, target=None, gates=None: ran.append(
+        reason
+    )  # type: ignore[assignment,method-assign,misc,return-value]
     daemon.kept.put_engine(Identity("vllm", "id", "2026-12-01T00:00:00+00:00"))  # seen serving
     daemon.facts = daemon._read_journal()
     daemon._tick(time.time())  # one look: the engine is down
@@ -147,7 +152,9 @@ def test_a_runs_end_is_judged_after_its_transition_never_inside_it(
     closing.append(daemon)
     outcome = Outcome(7, True, "vllm", None, container_id="id")
 
-    def sequence(reason: str, why: str, call: object = None, target: str | None = None) -> RunEnded:
+    def sequence(
+        reason: str, why: str, call: object = None, target: str | None = None, gates: object = None
+    ) -> RunEnded:
         return RunEnded(reason, why, outcome, time.time())
 
     daemon.hands.sequence = sequence  # type: ignore[assignment,method-assign]
@@ -200,7 +207,9 @@ def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(
     for _ in range(2):  # the daemon, then the next one on the same journal
         daemon = make_daemon(tmp_path, Recorder(), watch={"max_uptime": "90m"})
         closing.append(daemon)
-        daemon.hands.sequence = lambda reason, why, call=None, target=None: ran.append(reason)  # type: ignore[assignment,method-assign,misc,return-value]
+        daemon.hands.sequence = lambda reason, why, call=None, target=None, gates=None: ran.append(
+            reason
+        )  # type: ignore[assignment,method-assign,misc,return-value]
         t = time.time()
         daemon._tick(t)
         daemon._gate(t + 1)
@@ -213,3 +222,30 @@ def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(
         assert notice is not None and notice.until >= named + 3600
         assert "first seen" in upcoming["reason"] and "not before then" in upcoming["reason"]
         assert datetime.fromisoformat(upcoming["at"]).timestamp() == int(notice.until)
+
+
+def test_signal_handlers_only_set_fields_the_main_thread_says_the_rest(
+    tmp_path: Path, closing: list[Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler runs between any two bytecodes of the main thread, maybe inside the lock of a
+    log line being written or a systemd message being sent: logging or notifying there hung a
+    daemon forever (a CI run: SIGHUP mid-run, the run never ended). The handlers may only set
+    fields and wake the loop; the main thread logs and tells systemd, once."""
+    daemon = make_daemon(tmp_path, Recorder())
+    closing.append(daemon)
+    sent: list[str] = []
+
+    def forbidden(*_args: object, **_kw: object) -> None:
+        raise AssertionError("a signal handler took a lock: it logged or notified")
+
+    monkeypatch.setattr(daemon.sd, "send", forbidden)
+    monkeypatch.setattr(loop_module, "log", SimpleNamespace(info=forbidden))
+    daemon._on_hangup(signal.SIGHUP, None)
+    daemon._on_signal(signal.SIGTERM, None)
+    daemon._on_signal(signal.SIGINT, None)  # a second signal changes nothing
+    assert daemon.stopping and daemon.reload_wanted and daemon.signalled == "SIGTERM"
+    monkeypatch.setattr(daemon.sd, "send", lambda *lines: sent.extend(lines))
+    said: list[str] = []
+    monkeypatch.setattr(loop_module, "log", SimpleNamespace(info=lambda *a, **k: said.append(a[0])))
+    assert daemon._should_stop() and daemon._should_stop()
+    assert said == ["stop_requested"] and sent == ["STOPPING=1"]

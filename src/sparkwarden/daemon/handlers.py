@@ -121,7 +121,7 @@ class Handlers:
     def __init__(
         self,
         journal_dir: Path,
-        loop_queue: queue.Queue[Any],
+        loop_queue: queue.SimpleQueue[Any],
         snapshot: Callable[[], dict[str, Any]],
         busy: Callable[[], str | None],
         freeze: Callable[[], None],

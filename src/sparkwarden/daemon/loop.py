@@ -62,9 +62,13 @@ class Daemon:
         self.reloaded: Config | None = None
         self.sd = SdNotify()
         self.watchdog = Watchdog(self.sd)
-        self.parts = Parts.from_config(config, self.watchdog.beat, lambda: self.stopping)
+        self.parts = Parts.from_config(config, self.watchdog.beat, self._should_stop)
         self.kept = Kept(self.parts.journal)
-        self.queue: queue.Queue[Any] = queue.Queue()
+        #: a SimpleQueue: its put is safe in a signal handler (a Queue's lock is not)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        #: the stop signal's name, set by the handler; said (log, systemd) by the main thread
+        self.signalled: str | None = None
+        self.signal_told = False
         self.daemon_lock = RunLock(config.state.dir, "daemon.lock")
         # Events are replayed from the last one a daemon saw, or from when the first daemon
         # began to listen: a crash, or an operator's stop, while sparkwarden itself was down (a
@@ -179,27 +183,40 @@ class Daemon:
     def _mark_events_seen(self) -> None:
         """Everything before now was handled, but what is still queued: the next daemon
         replays from the first event this one did not get to."""
-        pending = [i.t for i in list(self.queue.queue) if isinstance(i, ContainerEvent)]
+        left: list[Any] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                left.append(self.queue.get_nowait())
+        pending = [i.t for i in left if isinstance(i, ContainerEvent)]
         self.kept.see_events(min(pending) - 1e-3 if pending else time.time())
 
+    # A signal handler runs in the main thread between any two bytecodes, maybe inside a lock it
+    # would take again (a log line being written, a systemd notification being sent): a
+    # deadlock found under load. So the handlers only set fields and wake the loop; the main
+    # thread says and does the rest (:meth:`_should_stop`, the loop).
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self.stopping:
-            return
-        self.stopping = True
-        log.info("stop_requested", signal=signal.Signals(signum).name, running=self.hands.step)
-        if self.hands.step is not None:
-            # A boot wait is handed over at its next poll; other steps run to their end first.
-            cfg = self.config
-            self.sd.stopping(extend_s=cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60)
-        else:
-            self.sd.stopping()
-        self.queue.put(WAKE)
+        if not self.stopping:
+            self.signalled, self.stopping = signal.Signals(signum).name, True
+            self.queue.put(WAKE)
 
     def _on_hangup(self, _signum: int, _frame: FrameType | None) -> None:
         """Re-read the config, between runs only: the loop takes it up when no run is going."""
-        log.info("reload_requested", running=self.hands.step)
         self.reload_wanted = True
         self.queue.put(WAKE)
+
+    def _should_stop(self) -> bool:
+        """Asked by the loop and by a run's waits: a stop signal is said once, from here."""
+        if self.signalled is not None and not self.signal_told:
+            self.signal_told = True
+            log.info("stop_requested", signal=self.signalled, running=self.hands.step)
+            if self.hands.step is not None:
+                # A boot wait is handed over at its next poll; other steps run to their end.
+                cfg = self.config
+                self.sd.stopping(extend_s=cfg.llm.probe_timeout + cfg.docker.timeout * 4 + 60)
+            else:
+                self.sd.stopping()
+        return self.stopping
 
     def _reload_config(self) -> None:
         """A valid new config ends this daemon so a fresh one starts on it (same process); an
@@ -228,7 +245,7 @@ class Daemon:
     def _loop(self) -> None:
         interval = self.config.watch.interval
         next_tick = time.monotonic() + interval
-        while not self.stopping:
+        while not self._should_stop():
             if self.hang:
                 time.sleep(0.5)
                 continue
@@ -245,6 +262,7 @@ class Daemon:
             if not self.stopping:
                 self._gate(time.time())
             if self.reload_wanted and not self.stopping:
+                log.info("reload_requested")
                 self._reload_config()
             self.watchdog.beat(self._loop_lease())
             self._publish()

@@ -71,7 +71,7 @@ def test_readmes_first_status_is_what_a_daemon_prints(
         [],
         schedule={"cron": "30 4 * * *"},
         watch={"interval": "0.5s", "boot_grace": "0s", "max_uptime": "30h"},
-        health={"canary_interval": "2s"},
+        health={"chat_interval": "2s"},
         acceptance=CANARY_FAST,
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()

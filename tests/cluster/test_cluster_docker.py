@@ -696,7 +696,7 @@ def test_docs_commands_run_as_written(engine: Engine) -> None:
 WATCHING: dict[str, dict[str, Any]] = {
     "cluster": {"watch_interval": "1s"},
     "watch": {"interval": "1s"},
-    "health": {"canary_interval": "0s"},
+    "health": {"chat_interval": "0s"},
     "acceptance": {"enabled": False},
 }
 

@@ -319,3 +319,20 @@ def test_check_config_shows_a_schedule_turned_off() -> None:
     on = cfg.parse({"llm": {"containers": ["x"], "base_url": "http://127.0.0.1:8000"}})
     assert cfg.effective(on)["schedule"]["cron"] == "30 4 * * *"
     assert cfg.parse(cfg.effective(off)).schedule.cron is None  # what it prints reads back
+
+
+def test_a_renamed_key_is_read_with_a_warning_naming_the_new_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 36: health.canary_interval named the health chat as the drafting canary is named;
+    it is now health.chat_interval, and a config written before still works."""
+    from sparkwarden.base import logs
+
+    logs.setup("warning", force_json=True)
+    old = cfg.parse({**MINIMAL, "health": {"canary_interval": "2m"}})
+    assert old.health.chat_interval == 120.0
+    said = capsys.readouterr()
+    assert "config_key_renamed" in said.out + said.err
+    assert "health.canary_interval is now health.chat_interval" in said.out + said.err
+    with pytest.raises(ConfigError, match=r"old name of health\.chat_interval: keep only"):
+        cfg.parse({**MINIMAL, "health": {"canary_interval": "2m", "chat_interval": "1m"}})

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.docker
 
 FAST = {
     "watch": {"interval": "0.5s", "boot_grace": "0s"},
-    "health": {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "failures": 2},
+    "health": {"interval": "1s", "timeout": "2s", "chat_interval": "0s", "failures": 2},
     "schedule": {"cron": ""},
     "budget": {"backoff": "1s"},
     "drain": {"quiet": "0s", "deadline": "10s"},
@@ -303,7 +303,7 @@ def test_zombie_engine_triggers_unhealthy(stage: Stage, start_daemon: Any) -> No
     llm, port = stage.llm("llm", "--mode", "chat-fails")
     stt = stage.voice("stt")
     wait_healthy(port)
-    daemon = start_daemon([llm], port, [stt], health={"canary_interval": "1s"})
+    daemon = start_daemon([llm], port, [stt], health={"chat_interval": "1s"})
     run = wait_for("an unhealthy run", lambda: daemon.runs_with("unhealthy"), timeout=40)[0]
     assert run["result"] == "failed"  # still a zombie after the restart
     steps = {s["name"]: s for s in run["steps"]}
@@ -837,7 +837,7 @@ def test_without_stats_a_planned_restart_waits_the_whole_drain(
     assert "no request gauges: waited the whole drain deadline of 8s" in daemon.text()
 
 
-STALL = {"interval": "1s", "timeout": "2s", "canary_interval": "0s", "stall_after": "3s"}
+STALL = {"interval": "1s", "timeout": "2s", "chat_interval": "0s", "stall_after": "3s"}
 
 
 def test_a_stuck_gauge_on_a_working_engine_is_reported_not_restarted(

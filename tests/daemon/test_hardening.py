@@ -48,7 +48,7 @@ def test_state_is_private_and_secrets_are_never_written(
         [],
         llm={"api_key_file": str(key)},
         watch={"interval": "0.5s", "boot_grace": "0s"},
-        health={"interval": "1s", "canary_interval": "1s"},
+        health={"interval": "1s", "chat_interval": "1s"},
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
     try:

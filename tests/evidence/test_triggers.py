@@ -144,7 +144,7 @@ def test_failing_canary_behind_a_200_counts() -> None:
         state, why = check(state, t, UP, canary=bad)
         assert why is None
     state, why = check(state, 60, UP, canary=bad)
-    assert why is not None and "chat canary" in why
+    assert why is not None and "health chat" in why
 
 
 def test_a_sleeping_engine_is_reported_sleeping_never_restarted() -> None:
@@ -274,14 +274,14 @@ def test_off_says_which_triggers_are_off_and_why() -> None:
         {
             "llm": LLM,
             "watch": {"max_uptime": 0},
-            "health": {"canary_interval": 0},
+            "health": {"chat_interval": 0},
         }
     )
     page = (Path(__file__).parents[1] / "fixtures/vllm/0.33.0/no-stats.prom").read_text()
     with pytest.raises(NoStats) as caught:
         parse(page)
     out = off(cfg, None, str(caught.value), None)
-    assert set(out) == {"uptime", "acceptance", "stall", "drain", "canary"}
+    assert set(out) == {"uptime", "acceptance", "stall", "drain", "health chat"}
     assert "--disable-log-stats" in out["acceptance"] and "--disable-log-stats" in out["stall"]
     assert (
         out["drain"] == "no request gauges: a planned restart waits the whole drain deadline (600s)"

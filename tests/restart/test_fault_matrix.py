@@ -140,7 +140,7 @@ def test_events_stream_reconnects_after_dockerd_restarts(
         port,
         [],
         watch={"interval": "0.5s", "boot_grace": "0s"},
-        health={"canary_interval": "0s"},
+        health={"chat_interval": "0s"},
         docker={"timeout": "10s", "retry_for": "40s"},
     )
     private_docker.python(f"from devtools.standin.stage import wait_healthy; wait_healthy({port})")

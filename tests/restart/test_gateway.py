@@ -181,7 +181,7 @@ def test_the_watching_daemon_reports_a_failing_gateway_and_leaves_the_engine_alo
     config = make_daemon_config(
         [llm],
         port,
-        health={"interval": "0.5s", "canary_interval": "1s"},
+        health={"interval": "0.5s", "chat_interval": "1s"},
         gateway=gateway_section(tmp_path, gateway.url, watch=True),
         metrics={"listen": f"127.0.0.1:{metrics_port}"},
         notify=[{"kind": "webhook", "url_file": str(hook_file), "min_interval": "1s"}],

@@ -80,7 +80,7 @@ def test_nested_json_on_the_engines_port_does_not_kill_the_daemon(
             port,
             [],
             watch={"interval": "0.5s", "boot_grace": "0s"},
-            health={"interval": "1s", "canary_interval": "1s"},
+            health={"interval": "1s", "chat_interval": "1s"},
         )
         daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
         try:

@@ -20,8 +20,8 @@ from tests.kits.commands import run_cli
 from tests.kits.daemonkit import DaemonProcess, wait_for
 
 MODEL = "standin/Qwen3.6-35B-A3B-NVFP4"
-#: every check sends the chat canary, and two failures in a row would restart
-WATCH = {"interval": "0.5s", "timeout": "2s", "canary_interval": "0.5s", "failures": 2}
+#: every check sends the health chat, and two failures in a row would restart
+WATCH = {"interval": "0.5s", "timeout": "2s", "chat_interval": "0.5s", "failures": 2}
 
 
 @pytest.mark.docker

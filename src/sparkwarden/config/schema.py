@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from sparkwarden.base import logs
 from sparkwarden.base.errors import ConfigError
 from sparkwarden.base.notices import EVENTS, Notice
 from sparkwarden.config.locate import DEFAULT_PATH as DEFAULT_PATH
@@ -240,7 +241,8 @@ class HealthConfig(_Section):
 
     interval: PositiveDuration = 30.0
     timeout: PositiveDuration = 10.0
-    canary_interval: Duration = 600.0
+    #: the health chat: one real chat request behind /health (only when idle); 0: never
+    chat_interval: Duration = 600.0
     failures: Annotated[int, Field(ge=1)] = 3
     stall_after: PositiveDuration = 300.0
 
@@ -499,7 +501,32 @@ def load(explicit: str | Path | None = None) -> Config:
     return parse(read_toml(path), source=str(path))
 
 
+#: Keys renamed, (table, old) -> new: the old spelling is still read, with a warning naming the
+#: new one. ``health.canary_interval`` named the health chat like the drafting canary.
+RENAMED: dict[tuple[str, str], str] = {("health", "canary_interval"): "chat_interval"}
+
+
+def renamed(data: dict[str, Any], source: str = "config") -> tuple[dict[str, Any], list[str]]:
+    """The data with each old key under its new name, and a warning for each."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    said: list[str] = []
+    for (table, old), new in RENAMED.items():
+        section = out.get(table)
+        if not isinstance(section, dict) or old not in section:
+            continue
+        if new in section:
+            raise ConfigError(
+                f"{source}: {table}.{old} is the old name of {table}.{new}: keep only {new}"
+            )
+        section[new] = section.pop(old)
+        said.append(f"{table}.{old} is now {table}.{new}: read as that; rename it in {source}")
+    return out, said
+
+
 def parse(data: dict[str, Any], source: str = "config") -> Config:
+    data, said = renamed(data, source)
+    for warning in said:
+        logs.get("sparkwarden.config").warning("config_key_renamed", why=warning)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

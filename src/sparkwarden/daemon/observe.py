@@ -2,7 +2,7 @@
 
 Each read comes back as a typed value for the decider (:mod:`sparkwarden.daemon.decide`); nothing
 here decides what to do about it. The observer keeps only its own cadence (when /health, /metrics
-and the chat canary are next due) and the last of each reading, for the status snapshot.
+and the health chat are next due) and the last of each reading, for the status snapshot.
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ class Observer:
             )
 
     def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
-        """/health, and the chat canary when due and the engine is idle enough to spare it, or
+        """/health, and the health chat when due and the engine is idle enough to spare it, or
         when a suspected stall needs one real chat to confirm it."""
         cfg, vllm = self.config, self.parts.vllm
         watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
@@ -254,10 +254,10 @@ class Observer:
         # asleep, vLLM takes a chat and leaves it unanswered until it wakes (core.py 0.33.0:
         # 993-1029): a canary would hang the loop for its timeout and prove nothing
         asleep = engine is not None and engine.sleeping
-        canary_due = cfg.health.canary_interval > 0 and t >= self.due["canary"]
+        canary_due = cfg.health.chat_interval > 0 and t >= self.due["canary"]
         if not confirm_stall and (not canary_due or health.status != "up" or busy or asleep):
             return HealthCheck(health, None, engine)
-        self.due["canary"] = t + cfg.health.canary_interval
+        self.due["canary"] = t + cfg.health.chat_interval
         model = cfg.llm.model or vllm.served_model()
         canary = (
             vllm.chat(model, timeout=cfg.llm.probe_timeout)
@@ -305,7 +305,7 @@ class Observer:
 
     def after_run(self, t: float, ok: bool) -> None:
         """A fresh engine: check it at once, but leave the canary for an interval."""
-        self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.canary_interval}
+        self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.chat_interval}
         if ok:
             self.last_probe = "ok (the run's chat probe)"
 

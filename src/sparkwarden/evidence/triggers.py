@@ -139,7 +139,7 @@ def health_observe(
     elif health is not None and health.status == "no-answer" and not busy:
         failure = f"/health: {health.detail} while idle"
     elif canary is not None and not canary.ok and not asleep:
-        failure = f"chat canary: {canary.detail}"
+        failure = f"health chat: {canary.detail}"
     if failure is None and asleep and metrics is not None:
         note = f"sleeping (level {metrics.sleep_level}): put to sleep, not restarted"
         return replace(state, failures=0, last=note), None
@@ -329,8 +329,8 @@ def off(
             f"no request gauges: a planned restart waits the whole drain deadline "
             f"({cfg.drain.deadline:g}s)"
         )
-    if cfg.health.canary_interval <= 0:
-        out["canary"] = "health.canary_interval is 0"
+    if cfg.health.chat_interval <= 0:
+        out["health chat"] = "health.chat_interval is 0"
     if cfg.memory.floor_gib <= 0:
         out["memory"] = "memory.floor_gib is 0"
     return out

@@ -62,3 +62,33 @@ def test_the_exit_code_table_is_the_codes_own() -> None:
     assert shown == {int(code): meaning for code, meaning in MEANINGS.items()}
     readme = (ROOT / "README.md").read_text()
     assert "docs/operating.md#exit-codes" in readme  # README's status codes point to it
+
+
+#: What a shown example must be: run by a test (named), compared by one, or illustrative.
+EXAMPLE = re.compile(r"<!-- example: (.+) -->")
+#: Fences whose text an operator types or reads back: shell, console, plain output.
+SHOWN = ("", "sh", "console")
+
+
+def test_every_shell_and_output_example_is_tested_or_marked_illustrative() -> None:
+    """Issue 36: each console or sh example is run by a test, or compared with what the code
+    prints, or says it is illustrative; a test it names exists."""
+    tests = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
+    unmarked, missing = [], []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        inside = False
+        for i, line in enumerate(lines):
+            if not line.startswith("```"):
+                continue
+            if not inside and line[3:].strip() in SHOWN:
+                mark = EXAMPLE.fullmatch(lines[i - 1]) if i else None
+                if mark is None:
+                    unmarked.append(f"{page.name}:{i + 1}")
+                else:
+                    for name in re.findall(r"\btest_\w+", mark.group(1)):
+                        if f"def {name}(" not in tests:
+                            missing.append(f"{page.name}:{i + 1}: {name}")
+            inside = not inside
+    assert unmarked == [], f"examples with no <!-- example: ... --> line before them: {unmarked}"
+    assert missing == [], f"examples naming tests that do not exist: {missing}"

@@ -245,7 +245,7 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
             time.sleep(0.5)
     finally:
         said = finish(daemon, engine)
-    assert "cluster crashed on 2 looks in a row: the engine on w1 is down" in said, said[-3000:]
+    assert "cluster crashed on 2 checks in a row: the engine on w1 is down" in said, said[-3000:]
 
 
 def test_stopped_mid_boot_the_daemon_hands_the_cluster_boot_over_to_the_next(
@@ -749,7 +749,7 @@ def test_a_worker_rank_dockers_policy_brought_back_is_seen_and_the_cluster_resta
             time.sleep(0.3)
         restarted_as_one(daemon, engine, ids)
         said = daemon.said()
-        assert '"why": "cluster stale on 2 looks in a row: w1: ' in said, said[-3000:]
+        assert '"why": "cluster stale on 2 checks in a row: w1: ' in said, said[-3000:]
         assert "a rank started behind the head's back never joins it" in said
         doctor = engine.cli("doctor").stdout
         assert "has Docker's restart policy 'on-failure'" in doctor, doctor

@@ -805,7 +805,7 @@ def test_a_dead_rank_seen_twice_in_a_row_wants_the_cluster_restarted() -> None:
     # after it asked, the streak starts again: no second restart from the same two looks
     assert restarts("crashed", "crashed", "crashed") == [False, True, False]
     said = looks("crashed", "crashed")[1].restart
-    assert said == "cluster crashed on 2 looks in a row: crashed summary"
+    assert said == "cluster crashed on 2 checks in a row: crashed summary"
     # a node that stops answering is told once, and again when it is back
     seen = looks("unknown", "unknown", unreachable=("w1",))
     assert [s.lost for s in seen] == [("w1",), ()]
@@ -959,7 +959,7 @@ def test_a_rank_started_since_the_cluster_served_is_stale_and_mended_by_a_restar
     )
     look = Look(1.0, verdict)
     seen = observe(observe(Watch(), look, 2).watch, look, 2)
-    assert seen.restart is not None and seen.restart.startswith("cluster stale on 2 looks")
+    assert seen.restart is not None and seen.restart.startswith("cluster stale on 2 checks")
     # the head started again against old ranks hangs as well
     head_new = [
         ranked("head", "head", "T1"),

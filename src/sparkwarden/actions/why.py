@@ -59,7 +59,7 @@ def now_lines(snapshot: dict[str, Any]) -> list[str]:
     daemon = snapshot.get("daemon") or {}
     lines: list[str] = []
     if daemon.get("pending"):
-        waits = daemon.get("drain") or daemon.get("waiting") or "its gates, at the next look"
+        waits = daemon.get("drain") or daemon.get("waiting") or "its gates, at the next check"
         lines.append(_label("pending", f"a restart for {daemon['pending']}; it waits for {waits}"))
     elif daemon.get("waiting"):
         lines.append(

@@ -63,7 +63,7 @@ def observe(watch: Watch, look: Look, confirm: int) -> Seen:
     back = tuple(sorted(before - set(look.unreachable)))
     restart = None
     if streak >= confirm:
-        restart = f"cluster {state} on {streak} looks in a row: {look.verdict.summary}"
+        restart = f"cluster {state} on {streak} checks in a row: {look.verdict.summary}"
         streak = 0
     return Seen(Watch(streak, look), restart, lost, back)
 

@@ -112,7 +112,7 @@ def _naming(call: ManualCall) -> str:
 
 
 #: the answer to ``status`` before the daemon's first look is published
-STARTING = "starting: its first look is not done yet"
+STARTING = "starting: its first check of the box is not done yet"
 
 
 class Handlers:

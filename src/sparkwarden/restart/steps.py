@@ -161,7 +161,7 @@ class LlmSteps(RunState):
                 how = "started it" if resume.llm_started else "did not stop it"
                 self.theirs = (
                     f"{active.name} is {active.status} and the interrupted run {how}:"
-                    " left to the daemon's next look"
+                    " left to the daemon's next check"
                 )
             self.stop_sent = resume.llm_stopped and active.name == resume.container
             self.stop_sent = self.stop_sent and self.theirs is None

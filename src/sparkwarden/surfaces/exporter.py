@@ -168,7 +168,7 @@ class SnapshotCollector(Collector):
         if s.cluster_watch:  # a cluster's head: each node as its daemon's last look saw it
             node_up = GaugeMetricFamily(
                 "sparkwarden_cluster_node_up",
-                "1 when the node answered the head's last look and its engine runs",
+                "1 when the node answered the head's last check and its engine runs",
                 labels=["node"],
             )
             for node, seen in sorted(s.cluster_watch.get("nodes", {}).items()):

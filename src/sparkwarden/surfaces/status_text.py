@@ -301,7 +301,7 @@ def _unknown_lines(mem: dict[str, Any]) -> list[str]:
     """Status with no snapshot at all (the daemon never ran here, or ran on another
     ``state.dir``): it says so, rather than defaults that read as facts."""
     return [
-        "llm:         unknown: no snapshot yet (the daemon writes one at each look)",
+        "llm:         unknown: no snapshot yet (the daemon writes one at each check)",
         f"memory:      {mem.get('available_gib', 0):.1f} of {mem.get('total_gib', 0):.1f}"
         " GiB available",
         "start it:    systemctl start sparkwarden (or see: systemctl status sparkwarden)",

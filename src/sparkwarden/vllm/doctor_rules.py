@@ -166,7 +166,7 @@ def check_llm(
             "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH is set: the API server outlives a dead engine "
             "(launchers/launcher.py 0.33.0:330-336), so the container stays up and Docker "
             "never tells its exit; sparkwarden then learns of the death only from /health and "
-            "its chat checks, a look or more later",
+            "its chat checks, a check or more later",
             "remove VLLM_KEEP_ALIVE_ON_ENGINE_DEATH from the container's environment",
         )
     policy = (host.get("RestartPolicy") or {}).get("Name") or "no"

@@ -79,10 +79,10 @@ def test_readmes_first_status_is_what_a_daemon_prints(
         wait_for(
             "a valid drafting canary and a health check",
             lambda: (
-                (s := daemon.status())["acceptance"]["canary"].get("valid", 0) >= 2
+                (s := daemon.status())["acceptance"]["canary"].get("valid", 0) >= 1
                 and s["llm"]["last_probe"]
             ),
-            timeout=90,
+            timeout=180,  # the canary waits for the stand-in's idle spells
         )
         printed = run_cli(config, "status").stdout.splitlines()
     finally:

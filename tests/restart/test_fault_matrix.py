@@ -399,7 +399,9 @@ def test_a_missing_secret_stops_run_and_restart_but_not_the_readers(
         result = run_cli(path, *command, timeout=30)
         assert result.returncode == code, (command, result.stdout, result.stderr)
         assert "llm.api_key_file: '/nope' cannot be read" in result.stderr
-        assert "notify.0.url_env: $SW_NEVER_SET is not set" in result.stderr
+        # restart sends no notification: the URL it never uses is no reason to refuse (#36)
+        unset = "notify.0.url_env: $SW_NEVER_SET is not set"
+        assert (unset in result.stderr) == (command != ["restart"]), (command, result.stderr)
         assert "Traceback" not in result.stderr
     for command in (["status"], ["history"]):
         result = run_cli(path, *command, timeout=30)
@@ -918,6 +920,17 @@ def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
             second.wait()
         last = DaemonProcess(config, tmp_path / f"fuzz-{attempt}-c.log").start()
         try:
+            # left alone, it ends sound: at READY the repair is done, and an engine down for a
+            # reason no record explains (a kill between Docker's act and the journal's word) is
+            # the next check's crash to mend; wait for that, not a number of seconds
+            wait_for(
+                f"the box sound ({where})",
+                lambda: (
+                    (stage.status(llm) == "running" and answers_chat(port))
+                    or ((h := history(config)) and h[0]["result"] == "failed")
+                ),
+                timeout=90,
+            )
             runs = history(config)
             assert all(r["result"] != "running" for r in runs), (where, runs[:3])
             assert_sound(stage, runs, llm=llm, port=port, voice={stt: "running"})

@@ -39,7 +39,9 @@ def _offline(where: Places, state: str) -> dict[str, Any]:
     """The last snapshot the daemon wrote, marked not running, with live memory."""
     from sparkwarden.adapters.host import Host
 
-    snapshot = status_mod.read(where.state_dir / status_mod.STATUS_FILE) or {}
+    snapshot = status_mod.read(where.state_dir / status_mod.STATUS_FILE) or {
+        status_mod.NO_SNAPSHOT: True  # nothing known: status says so, not defaults
+    }
     snapshot.setdefault("daemon", {})
     snapshot["daemon"].update({"running": False, "pid": None, "state": state})
     memory = Host().memory()

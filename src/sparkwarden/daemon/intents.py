@@ -43,8 +43,9 @@ class Restart:
     reason: Reason
     why: str
     target: str | None = None
-    #: the gates it passed, by name, as said to the operator (``sparkwarden why``)
-    gates: tuple[tuple[str, str], ...] = ()
+    #: the gates it passed, by name, as said to the operator (``sparkwarden why``): a record
+    #: of the decision, not part of it (two Restarts that differ only here are the same act)
+    gates: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
 from sparkwarden.base.exits import Exit
 
 STATUS_FILE = "status.json"
+#: ``status --json``'s mark of a state dir with no snapshot at all (the daemon never ran here)
+NO_SNAPSHOT = "no_snapshot"
 
 EXIT_OK, EXIT_PROBLEM, EXIT_NO_DAEMON = Exit.OK, Exit.FAILED, Exit.NO_DAEMON
 #: The daemon's state when status had to read the file instead.
@@ -153,8 +155,9 @@ def format_text(s: dict[str, Any]) -> str:
         )
     if not daemon.get("running") and detail:
         lines.append(f"             {detail}")
-    if not daemon.get("running") and not s.get("written_at"):  # never looked: memory only
-        return fit_all([inert(line) for line in [*lines, *_unknown_lines(mem)]], WIDTH, INDENT)
+    if s.get(NO_SNAPSHOT):  # the daemon never wrote one here: only the host's memory is known
+        known = [*lines, *_unknown_lines(mem), *_cluster_lines(s.get("cluster"))]
+        return fit_all([inert(line) for line in known], WIDTH, INDENT)
     if daemon.get("drain"):
         lines.append(f"drain:       {daemon['drain']}")
     if s.get("reboot_required"):

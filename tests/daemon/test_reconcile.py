@@ -442,3 +442,24 @@ def test_observe_mode_turns_a_restart_into_one_observed_run_per_cause() -> None:
     assert [i for i in intents if isinstance(i, do.Observe)]
     _, intents = gates.gate(mind, known, down, None, T, CFG)  # act mode: the run itself
     assert [i for i in intents if isinstance(i, do.Restart)]
+
+
+def test_in_observe_mode_a_noted_restart_never_swallows_the_triggers_after_it() -> None:
+    """An adversary's find: Docker's own policy brought a crashed engine back (observe mode
+    leaves the policy), so every check wants "crash"; noted once, it stayed pending each check,
+    and the schedule and the drafting canary's verdict after it were dropped unheard."""
+    watching = cfg(watch={"mode": "observe"})
+    back = box(restarts=1)
+    verdict = reconcile(recorded(), World((back,)), T, watching)
+    mind, _ = apply(Mind(), verdict, T)
+    assert mind.pending is not None and mind.pending.reason == "crash"
+    key = gates.observed_key(mind.pending, back)
+    noted = replace(recorded(read_at=T), observed=frozenset({key}))
+    mind = gates.forget_noted(mind, noted, back, watching)
+    assert mind.pending is None  # let go at once: the next trigger is heard
+    mind, said = decide.want(mind, "schedule", "nightly schedule, due 04:30", T)
+    assert mind.pending is not None and mind.pending.reason == "schedule" and said
+    # a cause not noted yet stays pending, and act mode never lets one go
+    fresh, _ = apply(Mind(), verdict, T)
+    assert gates.forget_noted(fresh, recorded(read_at=T), back, watching).pending is not None
+    assert gates.forget_noted(fresh, noted, back, CFG).pending is not None

@@ -48,6 +48,21 @@ def observed_key(pending: Pending, active: ContainerState | None) -> str:
     return f"{pending.reason}|{target}|{started}|{night}"
 
 
+def forget_noted(
+    mind: Mind, facts: Recorded, active: ContainerState | None, cfg: Config
+) -> Mind:
+    """Observe mode: a pending restart already noted is let go as soon as it is wanted again, so
+    that the triggers after it in the same check are each heard. (In act mode the run would
+    have ended its cause; here the cause stays, and a restart left pending would swallow every
+    later trigger: a schedule, a drafting canary's verdict.)"""
+    pending = mind.pending
+    if cfg.watch.mode != "observe" or pending is None:
+        return mind
+    if observed_key(pending, active) not in facts.observed:
+        return mind
+    return replace(mind, pending=None)
+
+
 Admission = Literal["none", "dropped", "wait", "go"]
 #: what a planned restart waits for while the engine sleeps (status shows it as the drain's note)
 ASLEEP = "the engine sleeps (put to sleep on purpose): a planned restart waits for it to wake"

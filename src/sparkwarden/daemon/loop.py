@@ -340,6 +340,8 @@ class Daemon:
         to read, a run's end to judge and look after) follows once it is done, in order, each
         from the mind as it is then: never from inside another transition."""
         self._apply(decision)
+        active = self.seen.active if self.seen else None
+        self.mind = gates.forget_noted(self.mind, self.facts, active, self.config)
         self._drain()
 
     def _apply(self, decision: decide.Transition) -> None:

@@ -52,6 +52,8 @@ def test_observe_mode_notes_what_it_would_do_and_acting_mends_what_is(
         (run,) = wait_for("an observed uptime restart", lambda: observed(daemon, "uptime"))
         status = daemon.after_looks(6)
         assert len(observed(daemon, "uptime")) == 1, daemon.history()
+        said = [ln for ln in daemon.text().splitlines() if '"event": "trigger"' in ln]
+        assert len(said) == 1, said  # noted once, and said once, not at every check
         assert [s["name"] for s in run["steps"]] == list(STEPS)
         assert {s["result"] for s in run["steps"]} == {"skipped"}
         stop = next(s for s in run["steps"] if s["name"] == "stop_llm")

@@ -48,9 +48,7 @@ def observed_key(pending: Pending, active: ContainerState | None) -> str:
     return f"{pending.reason}|{target}|{started}|{night}"
 
 
-def forget_noted(
-    mind: Mind, facts: Recorded, active: ContainerState | None, cfg: Config
-) -> Mind:
+def forget_noted(mind: Mind, facts: Recorded, active: ContainerState | None, cfg: Config) -> Mind:
     """Observe mode: a pending restart already noted is let go as soon as it is wanted again, so
     that the triggers after it in the same check are each heard. (In act mode the run would
     have ended its cause; here the cause stays, and a restart left pending would swallow every
@@ -61,6 +59,14 @@ def forget_noted(
     if observed_key(pending, active) not in facts.observed:
         return mind
     return replace(mind, pending=None)
+
+
+#: What a trigger says when its restart becomes pending: quiet for one observe mode has noted.
+TRIGGER_EVENTS = ("trigger", "died_and_restarted_by_docker")
+
+
+def tells_trigger(intent: Intent) -> bool:
+    return isinstance(intent, Say) and intent.event in TRIGGER_EVENTS
 
 
 Admission = Literal["none", "dropped", "wait", "go"]

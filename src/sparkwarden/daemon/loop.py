@@ -339,9 +339,12 @@ class Daemon:
         """Take the decider's word and have the hands act on it. What that leads to (a canary
         to read, a run's end to judge and look after) follows once it is done, in order, each
         from the mind as it is then: never from inside another transition."""
-        self._apply(decision)
+        mind, intents = decision
         active = self.seen.active if self.seen else None
-        self.mind = gates.forget_noted(self.mind, self.facts, active, self.config)
+        quiet = gates.forget_noted(mind, self.facts, active, self.config)
+        if quiet is not mind:  # observe mode, noted already: let go, and not said every check
+            mind, intents = quiet, [i for i in intents if not gates.tells_trigger(i)]
+        self._apply((mind, intents))
         self._drain()
 
     def _apply(self, decision: decide.Transition) -> None:

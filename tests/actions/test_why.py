@@ -66,7 +66,7 @@ def test_why_tells_the_newest_automatic_run_and_what_is_pending(
     assert "fired: an operator's restart (manual:kernel update)" in typed and "gates" not in typed
 
     missing = run_cli(config, "why", "99")
-    assert missing.returncode == 1 and "no run #99 in the journal" in missing.stderr
+    assert missing.returncode == 2 and "no run #99 in the journal" in missing.stderr
 
 
 def test_why_of_an_observed_run_says_nothing_was_touched(make_config: Any) -> None:

@@ -56,6 +56,7 @@ def test_observe_mode_notes_what_it_would_do_and_acting_mends_what_is(
         assert len(said) == 1, said  # noted once, and said once, not at every check
         assert [s["name"] for s in run["steps"]] == list(STEPS)
         assert {s["result"] for s in run["steps"]} == {"skipped"}
+        assert set(run["plan"]["gates"]) == {"hold", "budget", "drain"}  # as a run keeps them
         stop = next(s for s in run["steps"] if s["name"] == "stop_llm")
         assert f"docker stop {llm}" in stop["detail"]["summary"], stop
         assert started_at(stage, llm) == first and stage.status(stt) == "running"

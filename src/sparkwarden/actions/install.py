@@ -133,6 +133,8 @@ ENV_TEXT = """\
 # lines, root's own file, mode 0600. For secrets the config names by variable:
 #   a [[notify]] target's url_env, e.g.  SPARKWARDEN_NTFY_URL=https://ntfy.sh/your-topic
 #   the engine's --api-key, when llm.api_key_file is not set:  SPARKWARDEN_LLM_API_KEY=...
+#   the gateway's key, when gateway.api_key_file is not set:  SPARKWARDEN_GATEWAY_API_KEY=...
+# A value with & ; $ or spaces goes in single quotes: KEY='https://example/?a=1&b=2'
 # Apply with: systemctl restart sparkwarden (a reload does not re-read this file).
 """
 

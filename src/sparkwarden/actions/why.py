@@ -4,11 +4,12 @@ its time, how it ended. The answer to "why did it restart at 3 a.m.?" in one pla
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from sparkwarden.actions import status as status_action
 from sparkwarden.base.columns import fit_all
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.exits import Exit
 from sparkwarden.config.locate import Places
 from sparkwarden.restart.journal import Journal, RunRecord, iso
 from sparkwarden.surfaces.status_text import duration, inert, local_time
@@ -25,8 +26,12 @@ def run(where: Places, run_id: int | None) -> int:
         record = journal.run(run_id) if run_id is not None else newest_automatic(journal)
     finally:
         journal.close()
-    if run_id is not None and record is None:
-        raise SparkwardenError(f"no run #{run_id} in the journal: 'sparkwarden history' lists them")
+    if run_id is not None and record is None:  # a wrong argument: a usage error
+        print(
+            f"sparkwarden: no run #{run_id} in the journal: 'sparkwarden history' lists them",
+            file=sys.stderr,
+        )
+        return Exit.USAGE
     lines = now_lines(status_action.gather(where))
     if record is None:
         lines.append("no automatic run recorded yet ('sparkwarden history' lists every run)")

@@ -27,7 +27,8 @@ MEANINGS: Final[dict[Exit, str]] = {
     Exit.FAILED: (
         "something needs you: a run failed; status: gave up, reboot required, the LLM down, "
         "the users' gateway failing, a cluster node's problem, or no snapshot at all; doctor: "
-        "an error found; notify --test: a target failed; cluster status: not serving"
+        "an error found; notify --test: a target failed, or none is configured; cluster status: "
+        "not serving; cluster preflight: a problem found"
     ),
     Exit.USAGE: "the command line, the config or a secret is wrong: nothing was touched",
     Exit.NO_DAEMON: "status: the daemon is down, and its last snapshot (shown) was sound",

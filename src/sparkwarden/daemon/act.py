@@ -25,6 +25,7 @@ from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart import docker_policy, sequence
+from sparkwarden.restart.journal import Plan
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, Resume, StepEvent, StepObserver
 from sparkwarden.restart.steps import voice_to_quiet
@@ -105,8 +106,8 @@ class Hands(ClusterHands):
                 case do.SpareFirstSight(first):
                     self.kept.put_first_sight(first)
                     wrote = True
-                case do.Observe(reason, why, target, key):
-                    self.observe(reason, why, target, key)
+                case do.Observe(reason, why, target, key, gates):
+                    self.observe(reason, why, target, key, dict(gates))
                     wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
@@ -155,21 +156,19 @@ class Hands(ClusterHands):
         assert outcome is not None  # sequence.restart records its own failures; it returns
         return do.RunEnded(reason, why, outcome, time.time())
 
-    def observe(self, reason: str, why: str, target: str | None, key: str) -> None:
+    def observe(
+        self, reason: str, why: str, target: str | None, key: str, gates: dict[str, str]
+    ) -> None:
         """Observe mode: the restart it would make, recorded as an ``observed`` run whose steps
         say what each would do now (read from Docker and /proc, or each node), and notified.
         Nothing is touched, no lock is taken: no budget is spent and no gauge of runs moves."""
-        journal = self.parts.journal
-        run_id = journal.begin_run(reason, result="observed")
-        journal.remember(run_id, version=version(), why=why, observed_key=key)
         try:
             lines = self._would(reason)
         except SparkwardenError as exc:
             lines = [("detect", f"the plan could not be read: {exc}")]
         container = next((text for name, text in lines if name == "detect"), "")
-        for name, text in lines:
-            journal.end_step(journal.begin_step(run_id, name), "skipped", {"summary": text})
-        journal.end_run(run_id, "observed")
+        plan: Plan = {"version": version(), "why": why, "observed_key": key, "gates": gates}
+        run_id = self.parts.journal.record_observed(reason, plan, lines)
         log.warning("would_restart", run=run_id, reason=reason, why=why, target=target)
         summary = f"run #{run_id} ({reason}): {why}; nothing touched (watch.mode = observe)"
         self.webhooks.emit("would_restart", "llm", summary, plan=container)

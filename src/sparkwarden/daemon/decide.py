@@ -306,9 +306,11 @@ def _memory_floor(
         "floor_gib": mem.floor_gib,
         "action": action,
     }
+    would = ""
     if action == "pause_voice" and cfg.watch.mode == "observe":  # touches nothing: told only
         said["would"], action = action, "warn"
         said["action"] = action
+        would = " (would pause voice: watch.mode = observe)"
     cause = ""
     if fills_memory:
         said["cause"] = f"{ENGINES_OWN} ({fills_memory})"
@@ -319,7 +321,7 @@ def _memory_floor(
             "memory_floor",
             "host",
             f"MemAvailable {available:.1f} GiB, under the floor of {mem.floor_gib:g} GiB for "
-            f"{mem.floor_for:g}s; action: {action}{cause}",
+            f"{mem.floor_for:g}s; action: {action}{would}{cause}",
         ),
     ]
     if action == "restart":

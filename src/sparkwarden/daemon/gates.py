@@ -195,7 +195,7 @@ def gate(
         key = observed_key(pending, active)
         return replace(mind, pending=None), [
             *intents,
-            Observe(pending.reason, pending.why, pending.target, key),
+            Observe(pending.reason, pending.why, pending.target, key, tuple(passed)),
         ]
     return replace(mind, pending=None), [
         *intents,

@@ -82,6 +82,8 @@ class Observe:
     why: str
     target: str | None
     key: str
+    #: the gates it passed, as for a Restart (``sparkwarden why``)
+    gates: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

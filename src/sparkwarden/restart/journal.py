@@ -251,6 +251,24 @@ class Journal:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
+    def record_observed(self, reason: str, plan: Plan, steps: list[tuple[str, str]]) -> int:
+        """An observed run, whole, in one transaction: what each step would do now (skipped).
+        Never seen half-written, and never ``running`` (which a repair would finish)."""
+        now = self._clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO runs (reason, result, started_at, ended_at, pid, plan)"
+                " VALUES (?, 'observed', ?, ?, ?, ?)",
+                (reason, now, now, os.getpid(), json.dumps(plan)),
+            )
+            assert cur.lastrowid is not None
+            db.executemany(
+                "INSERT INTO steps (run_id, name, result, started_at, duration_s, detail)"
+                " VALUES (?, ?, 'skipped', ?, 0, ?)",
+                [(cur.lastrowid, name, now, json.dumps({"summary": text})) for name, text in steps],
+            )
+        return cur.lastrowid
+
     def set_container(self, run_id: int, name: str, container_id: str | None) -> None:
         with self._tx() as db:
             db.execute(

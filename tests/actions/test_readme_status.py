@@ -55,9 +55,9 @@ def entries(lines: list[str], llm: str) -> list[tuple[str, str]]:
     return out
 
 
-#: The lines compared whole (shapes); the others by their label only (their notes are states
-#: a real engine's traffic makes, which a stand-in's times do not pin).
-EXACT = {"version", "llm", "health", "engine", "last probe", "next", "budget", "hold"}
+#: The lines compared whole (shapes); the others by their label only (health, the probe, the
+#: notes: states a loaded machine's timing may change, which a stand-in's times do not pin).
+EXACT = {"version", "llm", "engine", "next", "budget", "hold"}
 
 
 def test_readmes_first_status_is_what_a_daemon_prints(
@@ -77,12 +77,15 @@ def test_readmes_first_status_is_what_a_daemon_prints(
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
     try:
         wait_for(
-            "a valid drafting canary and a health check",
+            "a health chat and the engine's acceptance read",
             lambda: (
-                (s := daemon.status())["acceptance"]["canary"].get("valid", 0) >= 1
-                and s["llm"]["last_probe"]
-            ),
-            timeout=180,  # the canary waits for the stand-in's idle spells
+                (s := daemon.status())["llm"]["last_probe"]
+                and s["acceptance"].get("available") is not False
+                and s["acceptance"]["canary"].get("valid", 0)
+                + s["acceptance"]["canary"].get("discarded", 0)
+                >= 1
+            ),  # a canary tried: its lines are there, valid or not (a loaded CI box)
+            timeout=120,
         )
         printed = run_cli(config, "status").stdout.splitlines()
     finally:

@@ -79,3 +79,22 @@ def test_why_of_an_observed_run_says_nothing_was_touched(make_config: Any) -> No
     text = words(run_cli(config, "why").stdout)
     assert "fired: the crash trigger: vllm is exited (exit code 137)" in text
     assert "ended: observed only (watch.mode = observe): nothing was touched" in text
+
+
+def test_history_and_why_keep_a_space_after_the_longest_host_step(make_config: Any) -> None:
+    """history's own column rule glued "gateway_probeskipped" (13 characters in 13 columns);
+    both now use restart's rule (step_names.name_width)."""
+    from sparkwarden.actions.history import format_run
+
+    config = make_config(["vllm"], 9, [])
+    journal = Journal(cfg.load(config).state.dir)
+    try:
+        run = journal.begin_run("crash")
+        journal.end_step(journal.begin_step(run, "gateway_probe"), "skipped", {"summary": "-"})
+        journal.end_run(run, "ok")
+        record = journal.run(run)
+    finally:
+        journal.close()
+    assert record is not None
+    assert "gateway_probe skipped" in format_run(record)
+    assert "gateway_probe skipped" in run_cli(config, "why").stdout

@@ -8,7 +8,8 @@ from typing import Any
 from sparkwarden.base.columns import fit_all
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.kept import GaveUp, Kept
-from sparkwarden.restart.journal import Journal, RunRecord, iso
+from sparkwarden.restart.journal import Journal, RunRecord, StepRecord, iso
+from sparkwarden.restart.step_names import NAME_WIDTH, name_width
 from sparkwarden.surfaces.status_text import inert
 
 
@@ -60,10 +61,19 @@ def format_run(record: RunRecord) -> str:
         lines.append(f"    by sparkwarden {record.plan['version']}")
     if record.error:
         lines.append(f"    error: {record.error}")
-    # A cluster's step names are longer; a single host's keep their columns.
-    width = max([13, *(len(s.name) + 1 for s in record.steps if len(s.name) > 13)])
-    for step in record.steps:
-        seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else "        "
-        summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-        lines.append(f"    {step.name:<{width}}{step.result:<8}{seconds}  {summary}")
+    width, rows = step_rows(record.steps)
+    lines += [f"    {row}" for row in rows]
     return fit_all([inert(line) for line in lines], indent=" " * (4 + width + 2))
+
+
+def step_rows(steps: list[StepRecord]) -> tuple[int, list[str]]:
+    """Each step as a row (name, result, seconds, summary) and the name column's width: the
+    one rule of ``restart``'s lines (``step_names.name_width``), wider for a cluster's names;
+    ``history`` and ``why`` print them."""
+    width = max(NAME_WIDTH, name_width(tuple(s.name for s in steps))) if steps else NAME_WIDTH
+    rows = []
+    for step in steps:
+        seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else " " * 8
+        summary = str(step.detail.get("summary") or step.detail.get("error") or "")
+        rows.append(f"{step.name:<{width}}{step.result:<8}{seconds}  {summary}")
+    return width, rows

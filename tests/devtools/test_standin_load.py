@@ -12,14 +12,11 @@ import httpx
 import pytest
 
 from devtools.standin.stage import local
-from devtools.standin.vllm_standin import (
-    Contention,
-    Drafting,
-    Engine,
-    main,
-    parse_args,
-    per_request_metrics,
-)
+from devtools.standin.vllm_model.drafting import Drafting, per_request_metrics
+from devtools.standin.vllm_model.engine import Engine
+from devtools.standin.vllm_model.flags import parse_args
+from devtools.standin.vllm_model.traffic import Contention
+from devtools.standin.vllm_standin import main
 from sparkwarden.evidence.canary_reading import OwnStats
 from sparkwarden.vllm.client import chat_body, own_stats
 from sparkwarden.vllm.metrics import EngineMetrics, parse

@@ -10,10 +10,11 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from .api import make_handler
+from .api import Handler
 from .engine import Engine
 from .flags import parse_args
 from .nodes import Ranks, RayPlacement, headless
@@ -80,7 +81,7 @@ def main(argv: list[str]) -> None:
         )
     engine = Engine(args)
     engine.ranks = ranks
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, args))
+    server = ThreadingHTTPServer((args.host, args.port), partial(Handler, engine, args))
     server.daemon_threads = True
     print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)
     server.serve_forever()

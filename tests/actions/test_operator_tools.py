@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.base.version import UNKNOWN, version
 from sparkwarden.config.schema import NotifyTarget
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.surfaces.webhooks import Event, Webhooks, payload
 from tests.kits.commands import ROOT, run_cli
 from tests.kits.daemonkit import DaemonProcess, wait_for

@@ -1,4 +1,4 @@
-"""The cluster sequence's order and refusals, the verdicts and the SSH link's reading, with a
+"""The cluster run's order and refusals, the verdicts and the SSH link's reading, with a
 fake link (the real one over SSH: test_cluster_docker.py)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sparkwarden.cluster.link import (
 )
 from sparkwarden.cluster.looks import cluster_of
 from sparkwarden.cluster.node import Params, engine_view, runs_engine, runs_vllm
-from sparkwarden.cluster.sequence import (
+from sparkwarden.cluster.run import (
     ClusterParts,
     Proving,
     booted_by,
@@ -39,7 +39,7 @@ from sparkwarden.cluster.sequence import (
     restart_cluster,
     resume_left,
 )
-from sparkwarden.cluster.sequence import plan as cluster_plan
+from sparkwarden.cluster.run import plan as cluster_plan
 from sparkwarden.cluster.setup import check as check_setup
 from sparkwarden.cluster.verdict import (
     NodeView,
@@ -767,7 +767,7 @@ def test_voice_left_on_a_node_still_unreachable_is_kept_for_the_next_run(tmp_pat
     outcome = restart_cluster(config, "manual", parts, adopt=left_paused(journal.runs(limit=10)))
     assert outcome.ok, outcome.error
     assert link.voice["w1"]["tts"] == "running"
-    assert outcome.head_id == "h" * 64  # what the daemon owes a retry to, had it failed
+    assert outcome.container_id == "h" * 64  # what the daemon owes a retry to, had it failed
 
 
 def test_history_columns_fit_a_clusters_step_names(tmp_path: Path) -> None:

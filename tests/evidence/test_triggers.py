@@ -338,7 +338,7 @@ def test_runs_dated_in_the_future_count_but_set_no_backoff() -> None:
 
 def test_a_failing_gateway_is_reported_once_per_episode_and_never_restarts() -> None:
     from sparkwarden.evidence.triggers import GATEWAY_STEP, GatewayWatch, gateway_observe
-    from sparkwarden.restart.sequence import STEPS
+    from sparkwarden.restart.step_names import STEPS
 
     assert GATEWAY_STEP in STEPS
     bad = ChatOutcome(False, "HTTP 502: Bad Gateway")

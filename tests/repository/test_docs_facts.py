@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from tests.kits.commands import docs_text
 
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from devtools.standin.stage import Stage, ensure_image, wait_healthy
 from sparkwarden import cli
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import VllmClient
 from tests.kits.commands import (
     ROOT,

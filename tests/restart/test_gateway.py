@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import EMPTY, VllmClient
 from tests.actions.test_operator_tools import Receiver
 from tests.kits.commands import history, run_cli

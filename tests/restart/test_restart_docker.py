@@ -19,7 +19,7 @@ from sparkwarden.config import schema as cfg
 from sparkwarden.restart import sequence
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, StepEvent
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from tests.kits.commands import history, run_cli, start_cli
 from tests.kits.daemonkit import wait_for
 from tests.kits.soundness import assert_sound

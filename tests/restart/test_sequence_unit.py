@@ -17,7 +17,7 @@ from sparkwarden.config.schema import parse
 from sparkwarden.restart import sequence
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Parts, Resume
-from sparkwarden.restart.sequence import STEPS
+from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import ChatOutcome, Health
 
 T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)

@@ -27,7 +27,7 @@ def restart(config: Config, reason: str) -> int:
     from sparkwarden.actions.run_lines import print_step
     from sparkwarden.base import faults
     from sparkwarden.cluster.link import SshLink
-    from sparkwarden.cluster.sequence import ClusterParts, left_paused, restart_cluster
+    from sparkwarden.cluster.run import ClusterParts, left_paused, restart_cluster
     from sparkwarden.restart.journal import Journal
     from sparkwarden.restart.lock import RunLock
 
@@ -76,7 +76,7 @@ def dry_run(config: Config, reason: str) -> int:
     """``restart --dry-run`` on a cluster's head: the cluster's plan, from a look at every node
     (the restart there is the cluster's, never one rank's)."""
     from sparkwarden.actions.run_lines import print_plan, record_dry_run
-    from sparkwarden.cluster.sequence import plan
+    from sparkwarden.cluster.run import plan
     from sparkwarden.restart.journal import Journal
 
     steps = plan(config, look(config))

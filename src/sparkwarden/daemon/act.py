@@ -17,7 +17,7 @@ from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.cluster import looks
-from sparkwarden.cluster import sequence as cluster_seq
+from sparkwarden.cluster import run as cluster_run
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
@@ -25,9 +25,9 @@ from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
 from sparkwarden.restart import docker_policy, sequence
-from sparkwarden.restart.journal import Plan
+from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Parts, Resume, StepEvent, StepObserver
+from sparkwarden.restart.parts import Parts, Resume
 from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 
@@ -179,55 +179,54 @@ class Hands(ClusterHands):
             return sequence.plan(self.config, self.parts)
         link = SshLink(self.config.cluster)
         try:
-            return cluster_seq.plan(self.config, looks.inspect_all(self.config, link))
+            return cluster_run.plan(self.config, looks.inspect_all(self.config, link))
         finally:
             link.close()
 
     def repair(self) -> float | None:
-        """Finish what a crash of sparkwarden left: voice resumed, the LLM serving. Returns
-        when the last repair ended, if one ran."""
+        """Finish what a crash of sparkwarden left, a lone host's run or a cluster's: voice
+        resumed, the LLM serving. Returns when the last repair ended, if one ran."""
         ended = None
+        self.gates = None  # a repair passed no gate
         for run in self.parts.journal.unfinished():
             holder = self.run_lock.held_by_other()
             if holder:
                 log.info("repair_skipped_running_elsewhere", run=run.id, holder=holder)
                 continue
             self.run_lock.acquire("repair")
-            if "cluster" in run.plan or self.config.cluster is not None:
-                try:
-                    self._repair_cluster(run)
-                except HandedOver:
-                    break  # stopping again mid-boot: the next daemon repairs this repair
-                finally:
-                    self.run_lock.release()
-                    ended = time.time()
-                continue
+            log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
             try:
-                note = f"sparkwarden (pid {run.pid}) stopped during this run"
-                log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
-                resume = Resume.from_plan(run.container, run.plan, run.container_id)
-                if resume is None:
-                    self.parts.journal.mark_interrupted(run.id, note)
-                    continue  # cut short in detect: nothing had been touched
-                self.step = ""
-                cfg = self.config
-                budget_s = cfg.llm.health_timeout + cfg.llm.probe_timeout + 300
-                self.sd.send(f"EXTEND_TIMEOUT_USEC={int(budget_s * 1e6)}")
-                # Marked interrupted only once the repair has written what it adopted: a kill
-                # in between leaves a run that still says what to resume.
-                adopted = self._mark_when_adopted(run.id, note, time.time())
-                try:
-                    outcome = sequence.restart(
-                        cfg, "repair", self.parts, observer=adopted, resume=resume
-                    )
-                except HandedOver:
-                    break  # stopping again mid-boot: the next daemon repairs this repair
-                log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
+                if "cluster" in run.plan or self.config.cluster is not None:
+                    self._repair_cluster(run)
+                else:
+                    self._repair_host(run)
+            except HandedOver:
+                break  # stopping again mid-boot: the next daemon repairs this repair
             finally:
                 self.run_lock.release()
                 self.step = None
                 ended = time.time()
         return ended
+
+    def _repair_host(self, run: RunRecord) -> None:
+        """A lone host's run cut short: the sequence again from where it was, adopting what it
+        paused and stopped (:class:`Resume`); closed as interrupted once the repair has written
+        what it adopted (a kill in between leaves a run that still says what to resume)."""
+        note = f"sparkwarden (pid {run.pid}) stopped during this run"
+        resume = Resume.from_plan(run.container, run.plan, run.container_id)
+        if resume is None:
+            self.parts.journal.mark_interrupted(run.id, note)
+            return  # cut short in detect: nothing had been touched
+        cfg, found_at = self.config, time.time()
+        self.step = ""
+        budget_s = cfg.llm.health_timeout + cfg.llm.probe_timeout + 300
+        self.sd.send(f"EXTEND_TIMEOUT_USEC={int(budget_s * 1e6)}")
+        journal = self.parts.journal
+        observe = self._observer(
+            "repair", note, None, lambda: journal.mark_interrupted(run.id, note, found_at)
+        )
+        outcome = sequence.restart(cfg, "repair", self.parts, observer=observe, resume=resume)
+        log.info("repaired", run=run.id, repair_run=outcome.run_id, ok=outcome.ok)
 
     def booting(self) -> dict[str, object] | None:
         """The snapshot's ``booting``: the run waiting for the started engine, and how long."""
@@ -241,17 +240,6 @@ class Hands(ClusterHands):
             "waited_s": round(time.time() - since, 1),
             "health_timeout_s": self.config.llm.health_timeout,
         }
-
-    def _mark_when_adopted(self, run_id: int, note: str, found_at: float) -> StepObserver:
-        """Close the interrupted run as found at ``found_at`` (before the repair began), once
-        the repair has written what it adopted."""
-
-        def observe(event: StepEvent) -> None:
-            self._track_boot(event, "repair", note)
-            if event.phase == "begin" and event.index == 1:
-                self.parts.journal.mark_interrupted(run_id, note, found_at)
-
-        return observe
 
     def _quiet_voice_for_memory(self) -> None:
         """Pause the running voice containers, each noted in the journal before it is paused."""

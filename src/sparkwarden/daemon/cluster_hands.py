@@ -1,5 +1,5 @@
 """The hands' cluster half: a cluster's run and the repair of one cut short, driven from the
-head (:mod:`sparkwarden.cluster.sequence` holds the steps; this holds what the daemon adds: the
+head (:mod:`sparkwarden.cluster.run` holds the steps' bodies; this holds what the daemon adds: the
 lease, systemd's start timeout, the operator's streamed view, and what a repair finds)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.cluster import looks
 from sparkwarden.cluster import node as node_steps
-from sparkwarden.cluster import sequence as cluster_seq
+from sparkwarden.cluster import run as cluster_run
 from sparkwarden.cluster import verdict as cluster_verdict
 from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
@@ -107,9 +107,9 @@ class ClusterHands:
         why: str,
         call: ManualCall | None,
         begun: Callable[[], None] = lambda: None,
-        prove: cluster_seq.Proving | None = None,
+        prove: cluster_run.Proving | None = None,
     ) -> do.RunEnded:
-        """The whole cluster restarted as one (:mod:`sparkwarden.cluster.sequence`), with the
+        """The whole cluster restarted as one (:mod:`sparkwarden.cluster.run`), with the
         voice a cut cluster run left paused on any node; the caller holds the run lock and
         releases it. ``begun``: called once the run has written what it adopted; ``prove``:
         only prove the boot a cut run started (why)."""
@@ -120,7 +120,7 @@ class ClusterHands:
 
         observe = self._observer(reason, why, call, begun, lease)
         link = SshLink(cluster)
-        parts = cluster_seq.ClusterParts(
+        parts = cluster_run.ClusterParts(
             link,
             self.parts.vllm,
             self.parts.journal,
@@ -130,13 +130,9 @@ class ClusterHands:
         )
         outcome: Outcome | None = None
         try:
-            adopt = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
-            done = cluster_seq.restart_cluster(
+            adopt = cluster_run.left_paused(self.parts.journal.runs(limit=50))
+            outcome = cluster_run.restart_cluster(
                 cfg, reason, parts, observer=observe, adopt=adopt, prove=prove
-            )
-            head = cluster.nodes[0].engine[0]
-            outcome = Outcome(
-                done.run_id, done.ok, head, done.error, done.failed_step, done.head_id, done.nodes
             )
         finally:
             link.close()
@@ -158,10 +154,9 @@ class ClusterHands:
         - otherwise (cut before any stop, ranks an operator started) only the voice it left
           paused on any node is resumed, and the daemon watches the cluster."""
         note = f"sparkwarden (pid {run.pid}) stopped during this cluster run"
-        log.warning("interrupted_run_found", run=run.id, reason=run.reason, plan=run.plan)
         if self.config.cluster is None:  # [cluster] removed since: nothing to reach the nodes
             self.parts.journal.mark_interrupted(run.id, note)
-            left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
+            left = cluster_run.left_paused(self.parts.journal.runs(limit=50))
             here = left.pop(str((run.plan.get("cluster") or [""])[0]), [])
             resumed = node_steps.resume(self.parts.docker, here)["resumed"] if here else []
             log.error(
@@ -201,9 +196,9 @@ class ClusterHands:
             state = cluster_verdict.judge(views, health, proof).state
             up = state in ("serving", "unhealthy")  # every rank up, the head loading or not
             prove = None
-            if up and cluster_seq.booted_by(views, dict(run.plan.get("cluster_started") or {})):
-                marks = cluster_seq.carried(run.plan)
-                prove = cluster_seq.Proving(f"the boot run #{run.id} started", marks)
+            if up and cluster_run.booted_by(views, dict(run.plan.get("cluster_started") or {})):
+                marks = cluster_run.carried(run.plan)
+                prove = cluster_run.Proving(f"the boot run #{run.id} started", marks)
             if prove or (not up and not run.plan.get("handed_over")):
                 log.info("cluster_repair", run=run.id, cluster=state, prove=bool(prove))
                 # before READY=1: systemd's start timeout must wait for the whole run
@@ -212,13 +207,13 @@ class ClusterHands:
                 self._cluster_sequence("repair", why, None, close, prove=prove)
                 return
             log.info("cluster_repair_voice_only", run=run.id, cluster=state)
-        left = cluster_seq.left_paused(self.parts.journal.runs(limit=50))
+        left = cluster_run.left_paused(self.parts.journal.runs(limit=50))
         if not left:
             close()
             return
         link = SshLink(self.config.cluster)
         try:
-            resumed, failed = cluster_seq.resume_left(self.config, link, left)
+            resumed, failed = cluster_run.resume_left(self.config, link, left)
         finally:
             link.close()
         # what could not be resumed stays for the next cluster run to resume

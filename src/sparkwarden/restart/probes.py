@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, StepFailed
 from sparkwarden.config.schema import Config, LlmConfig
 from sparkwarden.restart.recorder import Done
@@ -26,10 +25,10 @@ class Probes(RunState):
             return None
         return Done(f"repair: {self.theirs}: not waited on (the daemon watches it)", skipped=True)
 
-    def wait_health(self, active: ContainerState) -> Done:
+    def wait_health(self) -> Done:
         if (skip := self.not_ours()) is not None:
             return skip
-        docker = self.parts.docker
+        docker, active = self.parts.docker, self.chosen()
 
         def went_down() -> tuple[str, dict[str, Any]] | None:
             state = docker.inspect(active.name)

@@ -31,6 +31,10 @@ class Done:
     skipped: bool = False
 
 
+#: A step a run takes: its name and its body.
+Step = tuple[str, Callable[[], Done]]
+
+
 @dataclass
 class Recorder:
     """One run's steps, in ``order`` (its names: :mod:`sparkwarden.restart.step_names`)."""

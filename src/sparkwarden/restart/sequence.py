@@ -1,19 +1,33 @@
-"""The safe restart sequence, top to bottom. This file is the answer to "what does it do?".
+"""The safe restart sequence, top to bottom, whatever the node count. This file is the answer to
+"what does it do?".
 
 ``docker restart`` kills the engine on a DGX Spark: the stopped vLLM leaves ~90 GiB of unified
-memory the driver has not returned, and a container started at once dies in it. So:
+memory the driver has not returned, and a container started at once dies in it. A cluster's head
+restarted alone hangs against its stale ranks, and a rank left running never rejoins a new head
+(vllm#32136). So every run, a lone Spark's (a run of one node, in this process:
+:class:`~sparkwarden.restart.host_run.HostRun`) or a cluster's from its head (every node over
+SSH: :class:`sparkwarden.cluster.run.ClusterRun`), goes the same way. The step names are
+:mod:`~sparkwarden.restart.step_names`'s; a lone host's are in brackets, a cluster's after them:
 
-1. ``detect``        which LLM candidate is active (after a crash: the one that ran last)
-2. ``pause_voice``   pause the speech containers that are running (they hold unified memory)
-3. ``stop_llm``      ``docker stop`` with a long timeout (10 s SIGKILLs vLLM mid-teardown)
-4. ``drop_caches``   ``sync`` + drop caches until ``MemAvailable`` clears the start gate
-5. ``start_llm``     ``docker start`` the *same* container: same ID, same flags
-6. ``wait_health``   poll ``/health``; connection refused means "still loading"
-7. ``chat_probe``    one real chat request, because ``/health`` can be 200 over a dead engine
-8. ``resume_voice``  always, even after a failure: unpause exactly what step 2 paused; as soon
-                     as the engine answered, so voice never waits on the gateway
-9. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
-                     may lag behind the engine (cooldowns, failed upstreams), never restarts it
+1. find             [``detect``] which LLM candidate is active (after a crash: the one that ran
+                    last) | ``preflight``: every node answers over SSH with its engine's image and
+                    memory; a failure here ends the run with nothing touched
+2. ``pause_voice``  the speech containers that are running, on every node (they hold memory)
+3. stop             [``stop_llm``] ``docker stop`` with a long timeout (10 s SIGKILLs vLLM
+                    mid-teardown) | ``stop_head``, ``stop_workers``, ``confirm_stopped``: the head
+                    first (its ranks would wait on it), then every worker, then none is up
+4. ``drop_caches``  ``sync`` + drop caches until ``MemAvailable`` clears the start gate, on every
+                    node: nothing starts unless all do
+5. start            [``start_llm``] the *same* container: same ID, same flags |
+                    ``start_workers``, ``start_head`` in the set-up's order (Ray: the head first)
+6. ``wait_health``  poll ``/health``; connection refused means "still loading"
+7. ``chat_probe``   one real chat request, because ``/health`` can be 200 over a dead engine
+8. checks           [none] | ``workers_running``: a rank that died at start leaves the head
+                    healthy and hung
+9. ``resume_voice`` always, even after a failure: exactly what step 2 paused; as soon as the
+                    engine answered, so voice never waits on the gateway
+10. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
+                    may lag behind the engine (cooldowns, failed upstreams), never restarts it
 
 Every step is written to the journal before and after it acts, so a run cut short by a crash of
 sparkwarden itself can be finished later (reason ``repair``); a repair writes what it adopted
@@ -22,27 +36,20 @@ before it acts too. Voice is resumed even when the journal cannot be written at 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import choose_active
 from sparkwarden.base.errors import HandedOver, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.journal import Plan
+from sparkwarden.restart.host_run import HostRun
+from sparkwarden.restart.journal import Journal, Plan
 from sparkwarden.restart.parts import Outcome, Parts, Resume, StepObserver
-from sparkwarden.restart.probes import Probes
-from sparkwarden.restart.recorder import UNRECORDABLE, Done, failure
-from sparkwarden.restart.step_names import STEPS
-from sparkwarden.restart.steps import (
-    LlmSteps,
-    VoiceSteps,
-    engine_grace,
-    name_list,
-    stop_timeout,
-    voice_to_quiet,
-)
+from sparkwarden.restart.recorder import UNRECORDABLE, Done, Recorder, Step, failure
+from sparkwarden.restart.steps import engine_grace, name_list, stop_timeout, voice_to_quiet
 
 log = logs.get("sparkwarden.sequence")
 
@@ -56,114 +63,167 @@ def restart(
     why: str = "",
     target: str | None = None,
 ) -> Outcome:
-    """Run the whole sequence once. The caller holds the run lock; ``why`` (what the trigger
-    measured) is kept with the run for ``history``; ``target`` (a container ID): the only
-    container it may stop or start."""
-    observer = observer or (lambda _e: None)
+    """A lone host's run (see :func:`run`). ``resume``: where a repair picks up an interrupted
+    run; ``target`` (a container ID): the only container it may stop or start."""
+    return run(HostRun(config, parts, resume, target), parts.journal, reason, observer, why)
+
+
+def run(
+    nodes: Nodes, journal: Journal, reason: str, observer: StepObserver | None = None, why: str = ""
+) -> Outcome:
+    """Run the whole sequence once over ``nodes``. The caller holds the run lock; ``why`` (what
+    the trigger measured) is kept with the run for ``history``.
+
+    Raises :class:`HandedOver` when sparkwarden is stopping while the started engine loads: the
+    run is left open, voice still paused, for the next sparkwarden to prove and end."""
     try:
-        run_id = parts.journal.begin_run(reason)
+        run_id = journal.begin_run(reason)
     except UNRECORDABLE as exc:
-        if resume:  # nothing can be recorded, but voice an interrupted run paused comes back
-            orphan = _Run(config, parts, 0, observer)
-            orphan.paused = list(resume.voice_paused)
-            orphan.resume_unrecorded(f"the journal could not be written: {exc}")
+        if nodes.paused:  # nothing can be recorded, but voice an interrupted run paused comes back
+            _resume_unrecorded(nodes, f"the journal could not be written: {exc}")
         raise SparkwardenError(f"the journal could not be written: {exc}") from None
-    run = _Run(config, parts, run_id, observer)
-    # which code ran it (an upgrade shows in history), and what the trigger measured
-    facts: Plan = {"version": version()}
-    if why:
-        facts["why"] = why
-    parts.journal.remember(run.id, **facts)
-    run.repairing = resume is not None
-    run.target = target
-    log.info("run_started", run=run.id, reason=reason, version=version())
+    nodes.open(run_id, observer or (lambda _e: None))
+    step = nodes.step
+    log.info("run_started", run=run_id, reason=reason, version=version(), steps=len(nodes.order))
     error: str | None = None
     failed_step: str | None = None
     handed_over = False
     try:
-        if resume:  # before anything can fail: a repair cut short must not forget the list
-            run.paused = list(resume.voice_paused)
-            parts.journal.remember(
-                run.id,
-                voice_paused=run.paused,
-                voice_mode=config.voice.mode,
-                llm_stopped=resume.llm_stopped,
-                container=resume.container,
-            )
-        active = run.step("detect", lambda: run.detect(resume))
-        run.step("pause_voice", lambda: run.pause_voice(resume))
-        run.step("stop_llm", lambda: run.stop_llm(active))
-        run.step("drop_caches", run.drop_caches)
-        run.step("start_llm", lambda: run.start_llm(active))
-        run.step("wait_health", lambda: run.wait_health(active))
-        run.step("chat_probe", run.chat_probe)
-        run.step("resume_voice", run.resume_voice)  # the engine answers: voice back now
-        run.step("gateway_probe", run.gateway_probe)
+        # which code ran it (an upgrade shows in history), what the trigger measured, and what
+        # a repair adopted: written before anything can fail
+        facts: Plan = {"version": version(), **nodes.opening()}
+        if why:
+            facts["why"] = why
+        journal.remember(run_id, **facts)
+        step(nodes.order[0], nodes.find)  # detect | preflight
+        if nodes.restarts():  # not when a repair proves the boot a cut run started
+            step("pause_voice", nodes.pause_voice)
+            for name, body in nodes.stops():  # stop_llm | stop_head, stop_workers, confirm_stopped
+                step(name, body)
+            step("drop_caches", nodes.drop_caches)
+            for name, body in nodes.starts():  # start_llm | the set-up's order
+                step(name, body)
+        step("wait_health", nodes.wait_health)
+        step("chat_probe", nodes.chat_probe)
+        for name, body in nodes.checks():  # none | workers_running
+            step(name, body)
+        step("resume_voice", nodes.resume_voice)  # the engine answers: voice back now
     except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
         handed_over = True
-        log.warning("run_handed_over", run=run.id, reason=reason, why=str(exc))
+        log.warning("run_handed_over", run=run_id, reason=reason, why=str(exc))
+        try:
+            journal.remember(run_id, handed_over=time.time())
+        except UNRECORDABLE as journal_exc:
+            log.error("journal_unwritable", run=run_id, error=str(journal_exc))
         raise
     except Exception as exc:  # a step's failure, a full state dir, a bug: voice still resumed
-        error, failed_step = failure(exc, run.id)
+        error, failed_step = failure(exc, run_id)
     finally:
         if not handed_over:
-            error = run.finish(error)
+            error = _voice_back(nodes, error)
+    # the users' path, once voice is back (it never waits on the gateway)
     try:
-        parts.journal.end_run(run.id, "failed" if error else "ok", error)
+        if error is None:
+            step("gateway_probe", nodes.gateway_probe)
+        else:
+            nodes.record.skip("gateway_probe", nodes.skip_why)
+    except Exception as exc:
+        if error is None:
+            error, failed_step = failure(exc, run_id)
+    try:
+        journal.end_run(run_id, "failed" if error else "ok", error)
     except UNRECORDABLE as exc:
-        log.error("run_not_recorded", run=run.id, error=str(exc))
+        log.error("run_not_recorded", run=run_id, error=str(exc))
     (log.error if error else log.info)(
-        "run_ended", run=run.id, reason=reason, result="failed" if error else "ok", error=error
+        "run_ended", run=run_id, reason=reason, result="failed" if error else "ok", error=error
     )
-    container = run.container.name if run.container else None
-    container_id = run.container.id if run.container else None
-    return Outcome(run.id, error is None, container, error, failed_step, container_id)
+    container, container_id = nodes.engine()
+    failed_nodes = nodes.failed_nodes() if error else ()
+    return Outcome(run_id, error is None, container, error, failed_step, container_id, failed_nodes)
 
 
-class _Run(VoiceSteps, LlmSteps, Probes):
-    """One run: the steps (in :mod:`sparkwarden.restart.steps` and ``probes``), each recorded by
-    its :class:`~sparkwarden.restart.recorder.Recorder`, and always ended."""
+def _voice_back(nodes: Nodes, error: str | None) -> str | None:
+    """Record the steps a failure jumped over (history shows the whole plan) and resume voice
+    if it has not been, even when the journal cannot record it (a full state dir): the box
+    comes first, the record after if it can be written. Returns the run's error."""
+    record = nodes.record
+    try:
+        for name in nodes.order[: nodes.order.index("resume_voice")]:
+            if name not in record.taken:
+                record.skip(name, nodes.skip_why)
+        if "resume_voice" not in record.acted:
+            nodes.step("resume_voice", nodes.resume_voice)
+    except SparkwardenError as exc:
+        error = f"{error}; {exc}" if error else str(exc)
+    except UNRECORDABLE as exc:
+        log.error("journal_unwritable", run=record.run_id, error=str(exc))
+        error = error or f"the journal could not be written: {exc}"
+        if "resume_voice" not in record.acted:
+            error = _resume_unrecorded(nodes, error)
+    return error
 
-    def step(self, name: str, action: Callable[[], Done | tuple[Any, Done]]) -> Any:
-        return self.record.step(name, action)
 
-    def finish(self, error: str | None) -> str | None:
-        """Resume voice whatever happened, even when the journal cannot record it (a full state
-        dir): the box comes first, the record after if it can be written. Returns the error."""
-        try:
-            self.skip_untaken()
-        except SparkwardenError as exc:
-            error = f"{error}; {exc}" if error else str(exc)
-        except UNRECORDABLE as exc:
-            log.error("journal_unwritable", run=self.id, error=str(exc))
-            error = error or f"the journal could not be written: {exc}"
-            if "resume_voice" not in self.record.acted:
-                error = self.resume_unrecorded(error)
-        return error
+def _resume_unrecorded(nodes: Nodes, error: str) -> str:
+    """``resume_voice`` without the journal; the log says what it did. Returns the error."""
+    try:
+        done = nodes.resume_voice()
+        log.warning("voice_resumed_unrecorded", summary=done.summary)
+    except (SparkwardenError, *UNRECORDABLE) as exc:
+        log.error("voice_not_resumed", error=str(exc))
+        error = f"{error}; {exc}"
+    return error
 
-    def resume_unrecorded(self, error: str) -> str:
-        """``resume_voice`` without the journal; the log says what it did. Returns the error."""
-        try:
-            done = self.resume_voice()
-            log.warning("voice_resumed_unrecorded", run=self.id, summary=done.summary)
-        except SparkwardenError as exc:
-            log.error("voice_not_resumed", run=self.id, error=str(exc))
-            error = f"{error}; {exc}"
-        return error
 
-    def skip_untaken(self) -> None:
-        """Record the steps a failure jumped over, so history shows the whole plan, and resume
-        voice in its place if it has not been (a failure before it, or a journal that could not
-        record its start)."""
-        for name in STEPS:
-            if name == "resume_voice" and name not in self.record.acted:
-                self.step(name, self.resume_voice)
-            elif name not in self.record.taken:
-                self.record.skip(name, "not reached: an earlier step failed")
+class Nodes(Protocol):
+    """The nodes of one run and the bodies of its steps: a lone host's, in this process
+    (:class:`~sparkwarden.restart.host_run.HostRun`), or a cluster's from its head
+    (:class:`sparkwarden.cluster.run.ClusterRun`). Each body returns a :class:`Done` or raises
+    ``StepFailed``; :func:`run` keeps the order."""
+
+    #: The run's step names, in order (:mod:`~sparkwarden.restart.step_names`).
+    order: tuple[str, ...]
+    #: Why a step the run does not take is recorded as skipped.
+    skip_why: str
+    record: Recorder
+
+    @property
+    def paused(self) -> Collection[Any]:
+        """Voice this run paused or adopted from an interrupted run (resumed whatever
+        happens)."""
+
+    def open(self, run_id: int, observer: StepObserver) -> None:
+        """The run's number: its :class:`Recorder` is made."""
+
+    def opening(self) -> Plan:
+        """What the run writes in its plan before its first step (what a repair adopted)."""
+
+    def step(self, name: str, body: Callable[[], Done]) -> Any:
+        """One step, recorded."""
+
+    def find(self) -> Done: ...
+    def restarts(self) -> bool:
+        """Whether it stops and starts (a repair may only prove a boot); raises when it must
+        touch nothing."""
+
+    def pause_voice(self) -> Done: ...
+    def stops(self) -> list[Step]: ...
+    def drop_caches(self) -> Done: ...
+    def starts(self) -> list[Step]: ...
+    def wait_health(self) -> Done: ...
+    def chat_probe(self) -> Done: ...
+    def checks(self) -> list[Step]: ...
+    def resume_voice(self) -> Done: ...
+    def gateway_probe(self) -> Done: ...
+    def engine(self) -> tuple[str | None, str | None]:
+        """The engine container the run is for (name, ID), once found."""
+
+    def failed_nodes(self) -> tuple[str, ...]:
+        """The nodes a failed run failed on (named in its notification)."""
 
 
 def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
-    """What :func:`restart` would do now, step by step, read from Docker and /proc only."""
+    """What :func:`restart` would do now on a lone host, step by step, read from Docker and
+    /proc only."""
     docker, llm, voice, mem = parts.docker, config.llm, config.voice, config.memory
     states = [docker.inspect(name) for name in llm.containers]
     active = choose_active(states, parts.journal.last_container())

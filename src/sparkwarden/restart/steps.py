@@ -33,24 +33,24 @@ log = logs.get("sparkwarden.sequence")
 class RunState:
     """The state of one run the steps share: what it chose, paused and found, and its leases."""
 
-    def __init__(self, config: Config, parts: Parts, run_id: int, observer: StepObserver) -> None:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        resume: Resume | None = None,
+        target: str | None = None,
+    ) -> None:
         self.config = config
         self.parts = parts
-        self.id = run_id
-        #: each step journaled, told and logged; a heartbeat with each step's lease
-        self.record = Recorder(
-            parts.journal,
-            run_id,
-            STEPS,
-            observer,
-            parts.after_action,
-            beat=lambda name: parts.heartbeat(self._lease(name)),
-        )
+        self.id = 0
+        self.record: Recorder
         self.container: ContainerState | None = None
-        self.paused: list[str] = []
-        self.repairing = False
+        #: Where a repair picks up an interrupted run (None: a run of its own).
+        self.resume = resume
+        self.paused: list[str] = list(resume.voice_paused) if resume else []
+        self.repairing = resume is not None
         #: The one container (ID) this run may touch; None: whichever is active.
-        self.target: str | None = None
+        self.target = target
         #: A repair found an engine up that the interrupted run did not leave so (another
         #: candidate, a replacement, or one started after the run's stop): the operator's. It is
         #: not stopped, started or waited on; voice comes back at once, the daemon watches it.
@@ -58,6 +58,24 @@ class RunState:
         self.llm_was_up = False
         #: A repair of a run that had sent ``docker stop``: a "running" LLM may be going down.
         self.stop_sent = False
+
+    def open(self, run_id: int, observer: StepObserver) -> None:
+        """The run's number, once the journal gave it: each step journaled, told and logged,
+        with a heartbeat of each step's lease."""
+        self.id = run_id
+        self.record = Recorder(
+            self.parts.journal,
+            run_id,
+            STEPS,
+            observer,
+            self.parts.after_action,
+            beat=lambda name: self.parts.heartbeat(self._lease(name)),
+        )
+
+    def chosen(self) -> ContainerState:
+        """The container ``detect`` chose: the only one the later steps touch."""
+        assert self.container is not None, "detect chooses the container first"
+        return self.container
 
     def _lease(self, name: str) -> float:
         """How long step ``name`` may go without a heartbeat and still be healthy."""
@@ -78,8 +96,8 @@ class RunState:
 class VoiceSteps(RunState):
     """Quiet the speech containers before the LLM stops, and bring back exactly those after."""
 
-    def pause_voice(self, resume: Resume | None) -> Done:
-        docker, voice = self.parts.docker, self.config.voice
+    def pause_voice(self) -> Done:
+        docker, voice, resume = self.parts.docker, self.config.voice, self.resume
         if resume:
             self.paused = list(resume.voice_paused)
             self.parts.journal.remember(self.id, voice_paused=self.paused, voice_mode=voice.mode)
@@ -139,8 +157,8 @@ class VoiceSteps(RunState):
 class LlmSteps(RunState):
     """Choose the LLM container, stop it, wait for its memory to come back, start it again."""
 
-    def detect(self, resume: Resume | None) -> tuple[ContainerState, Done]:
-        docker, journal = self.parts.docker, self.parts.journal
+    def detect(self) -> Done:
+        docker, journal, resume = self.parts.docker, self.parts.journal, self.resume
         states = [docker.inspect(name) for name in self.config.llm.containers]
         for name in self.config.voice.containers:
             docker.inspect(name)  # a missing voice container fails here, before anything moved
@@ -178,7 +196,7 @@ class LlmSteps(RunState):
         self.container = active
         journal.set_container(self.id, active.name, active.id)
         candidates = {s.name: s.status for s in states}
-        return active, Done(
+        return Done(
             f"{active.name} ({active.status}, id {active.id[:12]})",
             {
                 "container": active.name,
@@ -200,8 +218,8 @@ class LlmSteps(RunState):
                 "$SPARKWARDEN_LLM_API_KEY) to the engine's --api-key",
             )
 
-    def stop_llm(self, active: ContainerState) -> Done:
-        docker, timeout = self.parts.docker, self.config.llm.stop_timeout
+    def stop_llm(self) -> Done:
+        docker, timeout, active = self.parts.docker, self.config.llm.stop_timeout, self.chosen()
         current = docker.inspect(active.name)
         if current.up and self.repairing and not self.stop_sent:
             self.llm_was_up = True
@@ -265,8 +283,8 @@ class LlmSteps(RunState):
         )
         return Done(summary, figures)
 
-    def start_llm(self, active: ContainerState) -> Done:
-        docker = self.parts.docker
+    def start_llm(self) -> Done:
+        docker, active = self.parts.docker, self.chosen()
         if self.repairing and self.theirs:
             return Done(f"repair: {self.theirs}", skipped=True)
         if self.repairing and self.llm_was_up:

@@ -1,36 +1,15 @@
-"""The cluster restarted as one unit, never one rank. This file is the answer to "what does it
-do?" for several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``, a Ray
-cluster, or eugr's launcher).
+"""A cluster's run: several Sparks serving one engine (vLLM ``--nnodes/--node-rank/--headless``,
+a Ray cluster, or eugr's launcher), restarted as one unit from the head, never one rank. Its
+steps' bodies are here; their order is :mod:`sparkwarden.restart.sequence`'s, the one sequence a
+lone host's run takes too (the cluster's 13 steps: :mod:`sparkwarden.restart.step_names`).
 
-A head restarted alone hangs against its stale ranks, and a rank left running never rejoins a
-new head (vllm#32136); so, from the head, under its one lock, journaled step by step with each
-node's figures:
-
-1. ``preflight``       every node answers over SSH, its sparkwarden answers, the engine
-                       containers exist with the same image on every node, memory is read;
-                       any failure ends the run here, with nothing touched
-2. ``pause_voice``     each node pauses its running voice containers
-3. ``stop_head``       the head's engine first (its ranks would otherwise wait on it)...
-4. ``stop_workers``    ...then every worker's, in parallel
-5. ``confirm_stopped`` no engine container is up on any node
-6. ``drop_caches``     every node, in parallel, until each meets the memory gate; nothing is
-                       started unless all do
-7. ``start_workers``   the same containers (same IDs) on every worker, in parallel...
-8. ``start_head``      ...then the head, inside vLLM's rendezvous window
-9. ``wait_health``     the head's ``/health``
-10. ``chat_probe``     one real chat request through the head
-11. ``workers_running`` every worker's engine container still running (a rank that died at
-                       start would leave the head healthy and hung)
-12. ``resume_voice``   always, even after a failure: exactly what step 2 paused, per node
-13. ``gateway_probe``  the same request through the users' gateway, when one is configured (as
-                       for a lone host: :func:`sparkwarden.restart.probes.prove_gateway`)
-
-The names and their order are :mod:`sparkwarden.restart.step_names`'s, the one list.
-A Ray cluster starts the other way round (``RAY_STEPS``): the head's container first, whose
-``ray start --head`` is the cluster's GCS, then the workers', whose ``ray start --address`` joins
-it; the engine in the head's container waits for a node per rank (vLLM's placement group, up to
-its 30 min ``PG_WAIT_TIMEOUT``). A worker's raylet never joins a new head, so there too every
-node is stopped and started. The launcher set-up's own command makes steps 7-8 (workers first).
+Each node's step runs on it over SSH (``sparkwarden node``, :mod:`sparkwarden.cluster.node`),
+in parallel where the order allows, journaled with every node's figures. A Ray cluster starts
+the other way round (``RAY_STEPS``): the head's container first, whose ``ray start --head`` is
+the cluster's GCS, then the workers', whose ``ray start --address`` joins it; the engine in the
+head's container waits for a node per rank (vLLM's placement group, up to its 30 min
+``PG_WAIT_TIMEOUT``). A worker's raylet never joins a new head, so there too every node is
+stopped and started. The launcher set-up's own command makes the starts (workers first).
 
 A node that does not answer in the middle of a run fails the step that needed it, naming it;
 the run then never calls that node again (its voice left paused is named, and resumed by the
@@ -41,22 +20,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from sparkwarden.base import logs
 from sparkwarden.base.containers import UP_STATUSES
-from sparkwarden.base.errors import HandedOver, SparkwardenError, StepFailed, scrub
+from sparkwarden.base.errors import SparkwardenError, StepFailed, scrub
 from sparkwarden.cluster.link import Link, NodeFailed, NodeUnreachable, run_launcher
 from sparkwarden.cluster.looks import CALL_MARGIN, cluster_of, fan_out, inspect_all
 from sparkwarden.cluster.node import Params, Verb
 from sparkwarden.cluster.verdict import NodeView, preflight_problems
 from sparkwarden.config.schema import ClusterNode, Config
+from sparkwarden.restart import sequence
 from sparkwarden.restart.journal import Journal, Plan, RunRecord
-from sparkwarden.restart.parts import StepObserver
+from sparkwarden.restart.parts import Outcome, StepObserver
 from sparkwarden.restart.probes import Loading, Waits, prove_chat, prove_gateway, wait_healthy
-from sparkwarden.restart.recorder import Done, Recorder, failure
-from sparkwarden.restart.sequence import proving_plan
+from sparkwarden.restart.recorder import Done, Recorder, Step
 from sparkwarden.restart.step_names import cluster_steps
 from sparkwarden.vllm.client import VllmClient
 
@@ -82,10 +61,6 @@ class ClusterParts:
     gateway: VllmClient | None = None
 
 
-#: The head's own stop and start, noted in the plan as they are made.
-HeadMark = Literal["llm_stopped_at", "llm_started_at"]
-
-
 def carried(plan: Plan) -> Plan:
     """What a cluster run wrote in its plan about its stops and starts, before or as it acted:
     a run that proves a cut run's boot carries them, so that a proving run cut short is proven
@@ -109,20 +84,6 @@ class Proving:
 
     why: str
     marks: Plan
-
-
-@dataclass(frozen=True)
-class ClusterOutcome:
-    run_id: int
-    ok: bool
-    error: str | None
-    failed_step: str | None = None
-    #: the preflight's views, for the caller that wants to show them
-    views: list[NodeView] = field(default_factory=list)
-    #: the nodes it failed on (a node that did not answer, or whose memory never came back)
-    nodes: tuple[str, ...] = ()
-    #: the ID of the head's engine container the preflight found (its retry is owed to it)
-    head_id: str | None = None
 
 
 def plan(config: Config, views: list[NodeView]) -> list[tuple[str, str]]:
@@ -169,7 +130,7 @@ def plan(config: Config, views: list[NodeView]) -> list[tuple[str, str]]:
         **starts,
         "workers_running": "every worker's engine container still running",
         "resume_voice": voice("resume"),
-        **proving_plan(config),
+        **sequence.proving_plan(config),
     }
     return [(name, said[name]) for name in cluster_steps(cluster.setup)]
 
@@ -235,103 +196,41 @@ def restart_cluster(
     observer: StepObserver | None = None,
     adopt: dict[str, list[str]] | None = None,
     prove: Proving | None = None,
-) -> ClusterOutcome:
-    """Run the whole cluster sequence once. The caller holds the run lock; ``adopt``: voice an
-    interrupted cluster run may have left paused, per node (see :func:`left_paused`): resumed
-    at the end like this run's own. ``prove``: the boot a cut run started and handed over
-    (why): only the preflight, then from ``wait_health`` on; the steps between are not taken.
-
-    Raises :class:`HandedOver` when sparkwarden is stopping while the started cluster loads:
-    the run is left open, voice still paused, for the next sparkwarden to prove and end."""
-    run = _ClusterRun(config, parts, parts.journal.begin_run(reason), observer)
-    run.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
-    facts: Plan = {**prove.marks} if prove else {}
-    facts["cluster"] = [n.name for n in run.cluster.nodes]
-    facts["cluster_voice"] = run.paused
-    parts.journal.remember(run.id, **facts)
-    log.info("cluster_run_started", run=run.id, reason=reason)
-    error: str | None = None
-    failed: str | None = None
-    nodes: set[str] = set()  # the nodes it failed on
-
-    # The head's own stop and start, written before they are made: the daemon on the head
-    # tells its engine's events from an operator's by them (``decide.ours``), as for a
-    # single-host run.
-    def head_acts(key: HeadMark) -> None:
-        at: Plan = {}
-        at[key] = time.time()
-        parts.journal.remember(run.id, **at)
-
-    handed_over = False
-    try:
-        run.step("preflight", run.preflight)
-        engine = run.head.engine[0]
-        parts.journal.set_container(run.id, engine, run.ids.get(run.head.name, {}).get(engine))
-        if prove is not None:
-            run.skip_why = f"not taken: {prove.why}"
-        elif parts.should_abort():  # stopping before anything is touched: touch nothing
-            raise SparkwardenError("sparkwarden is stopping: nothing was touched")
-        else:
-            run.restart_steps(head_acts)
-        run.step("wait_health", run.wait_health)
-        run.step("chat_probe", run.chat_probe)
-        run.step("workers_running", run.workers_running)
-    except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
-        handed_over = True
-        parts.journal.remember(run.id, handed_over=time.time())
-        log.warning("cluster_run_handed_over", run=run.id, reason=reason, why=str(exc))
-        raise
-    except Exception as exc:  # a step's failure, a bug: voice still resumed, the run recorded
-        error, failed = failure(exc, run.id)
-        if isinstance(exc, StepFailed):
-            nodes = {*nodes, *dict(exc.detail.get("failed") or {})}
-    finally:
-        if not handed_over:
-            for name in run.order[: run.order.index("resume_voice")]:
-                if name not in run.record.taken:
-                    run.record.skip(name, run.skip_why)
-            try:
-                run.step("resume_voice", run.resume_voice)
-            except SparkwardenError as exc:
-                error = f"{error}; {exc}" if error else str(exc)
-    # the users' path, once voice is back (it never waits on the gateway)
-    if error is not None:
-        run.record.skip("gateway_probe", run.skip_why)
-    else:
-        try:
-            run.step("gateway_probe", run.gateway_probe)
-        except StepFailed as exc:
-            error, failed = failure(exc, run.id)
-    parts.journal.end_run(run.id, "failed" if error else "ok", error)
-    log.info("cluster_run_ended", run=run.id, result="failed" if error else "ok", error=error)
-    if error:
-        nodes |= {*run.lost, *(v.name for v in run.views if not v.reachable)}
-    head_id = run.ids.get(run.head.name, {}).get(run.head.engine[0])
-    return ClusterOutcome(
-        run.id, error is None, error, failed, run.views, tuple(sorted(nodes)), head_id
-    )
+) -> Outcome:
+    """Run the whole cluster sequence once (:func:`sparkwarden.restart.sequence.run`). The
+    caller holds the run lock; ``adopt``: voice an interrupted cluster run may have left
+    paused, per node (see :func:`left_paused`): resumed at the end like this run's own.
+    ``prove``: the boot a cut run started and handed over (why): only the preflight, then from
+    ``wait_health`` on; the steps between are not taken."""
+    return sequence.run(ClusterRun(config, parts, adopt, prove), parts.journal, reason, observer)
 
 
-class _ClusterRun:
-    """One cluster run: the steps, each journaled with every node's figures."""
+class ClusterRun:
+    """One cluster run's nodes and its steps' bodies, each journaled with every node's
+    figures."""
 
     def __init__(
-        self, config: Config, parts: ClusterParts, run_id: int, observer: StepObserver | None
+        self,
+        config: Config,
+        parts: ClusterParts,
+        adopt: dict[str, list[str]] | None = None,
+        prove: Proving | None = None,
     ) -> None:
-        self.config, self.parts, self.id = config, parts, run_id
+        self.config, self.parts, self.id = config, parts, 0
         self.cluster = cluster_of(config)
         self.head: ClusterNode = self.cluster.nodes[0]
         self.workers: list[ClusterNode] = list(self.cluster.nodes[1:])
         self.order = cluster_steps(self.cluster.setup)
-        #: each step journaled with every node's figures, told and logged
-        self.record = Recorder(
-            parts.journal, run_id, self.order, observer or (lambda _e: None), parts.after_action
-        )
+        self.prove = prove
+        self.record: Recorder
         self.views: list[NodeView] = []
         self.ids: dict[str, dict[str, str | None]] = {}  # node -> engine name -> container ID
-        self.paused: dict[str, list[str]] = {}
+        #: voice paused, per node: what it adopted, then what it pauses
+        self.paused = {node: list(names) for node, names in (adopt or {}).items() if names}
         #: nodes that did not answer in this run, and why: never called again in it
         self.lost: dict[str, str] = {}
+        #: the nodes a step failed on
+        self.blamed: set[str] = set()
         #: each node's answer to its stop (its engines' state read after it: ``now``)
         self.stopped: dict[str, dict[str, Any]] = {}
         #: each engine container's StartedAt after this run's start, by node
@@ -339,31 +238,66 @@ class _ClusterRun:
         #: what a step not taken says in the journal
         self.skip_why = "not reached: an earlier step failed"
 
-    def restart_steps(self, head_acts: Callable[[HeadMark], None]) -> None:
-        """Steps 2-8: voice paused, every engine stopped, every node's memory back, the same
-        containers started in the set-up's order. ``head_acts``: notes the head's own stop and
-        start in the journal before they are made."""
-        self.step("pause_voice", self.pause_voice)
-        head_acts("llm_stopped_at")
-        self.step("stop_head", lambda: self.stop([self.head]))
-        self.step("stop_workers", lambda: self.stop(self.workers))
-        self.step("confirm_stopped", self.confirm_stopped)
-        self.step("drop_caches", self.drop_caches)
-        if self.cluster.containers_launched:
-            head_acts("llm_started_at")  # the launcher starts the head too
-            self.step("start_workers", self.launch)
-            self.step("start_head", self.launched)
-        elif self.cluster.setup == "ray":
-            head_acts("llm_started_at")
-            self.step("start_head", lambda: self.start([self.head]))
-            self.step("start_workers", lambda: self.start(self.workers))
-        else:
-            self.step("start_workers", lambda: self.start(self.workers))
-            head_acts("llm_started_at")
-            self.step("start_head", lambda: self.start([self.head]))
+    def open(self, run_id: int, observer: StepObserver) -> None:
+        self.id = run_id
+        self.record = Recorder(
+            self.parts.journal, run_id, self.order, observer, self.parts.after_action
+        )
 
-    def step(self, name: str, action: Callable[[], Done]) -> None:
-        self.record.step(name, action)
+    def opening(self) -> Plan:
+        """The cut run's marks it proves, the nodes, and the voice it adopted."""
+        facts: Plan = {**self.prove.marks} if self.prove else {}
+        facts["cluster"] = [n.name for n in self.cluster.nodes]
+        facts["cluster_voice"] = self.paused
+        return facts
+
+    def restarts(self) -> bool:
+        if self.prove is not None:
+            self.skip_why = f"not taken: {self.prove.why}"
+            return False
+        if self.parts.should_abort():  # stopping before anything is touched: touch nothing
+            raise SparkwardenError("sparkwarden is stopping: nothing was touched")
+        return True
+
+    def stops(self) -> list[Step]:
+        """The head's engine first (its ranks would otherwise wait on it), then every
+        worker's, then none is up anywhere."""
+        return [
+            ("stop_head", lambda: self.stop([self.head])),
+            ("stop_workers", lambda: self.stop(self.workers)),
+            ("confirm_stopped", self.confirm_stopped),
+        ]
+
+    def starts(self) -> list[Step]:
+        """The same containers in the set-up's order: the workers' ranks before the head that
+        waits for them; Ray's head (the GCS) before the workers that join it; the launcher's
+        own command."""
+        if self.cluster.containers_launched:
+            return [("start_workers", self.launch), ("start_head", self.launched)]
+        steps = {
+            "start_workers": lambda: self.start(self.workers),
+            "start_head": lambda: self.start([self.head]),
+        }
+        return [(name, steps[name]) for name in self.order if name in steps]
+
+    def checks(self) -> list[Step]:
+        return [("workers_running", self.workers_running)]
+
+    def engine(self) -> tuple[str | None, str | None]:
+        engine = self.head.engine[0]
+        return engine, self.ids.get(self.head.name, {}).get(engine)
+
+    def failed_nodes(self) -> tuple[str, ...]:
+        unreachable = {v.name for v in self.views if not v.reachable}
+        return tuple(sorted({*self.blamed, *self.lost, *unreachable}))
+
+    def step(self, name: str, body: Callable[[], Done]) -> Any:
+        """One step, recorded; the nodes it failed on are kept for the run's outcome."""
+        try:
+            return self.record.step(name, body)
+        except StepFailed as exc:
+            self.blamed |= set(dict(exc.detail.get("failed") or {}))
+            raise
 
     def call(self, node: ClusterNode, verb: Verb, params: Params, bound: float) -> dict[str, Any]:
         """One verb on one node; a node that did not answer once in this run is not tried
@@ -392,6 +326,15 @@ class _ClusterRun:
         return answers
 
     # --- the steps -----------------------------------------------------------------------
+    def find(self) -> Done:
+        """The preflight; the head's engine container is the run's."""
+        done = self.preflight()
+        engine = self.head.engine[0]
+        self.parts.journal.set_container(
+            self.id, engine, self.ids.get(self.head.name, {}).get(engine)
+        )
+        return done
+
     def preflight(self) -> Done:
         began = self.parts.monotonic()
         self.views = inspect_all(self.config, self.parts.link)
@@ -442,7 +385,9 @@ class _ClusterRun:
         head = bool(nodes) and nodes[0] is self.head
         step = "stop_head" if head else "stop_workers"
         if head:
-            self.parts.journal.remember(self.id, stop_head_sent=True)
+            # the head's own stop, noted before it is made: the daemon on the head tells its
+            # engine's events from an operator's by it (``decide.ours``), as for a lone host
+            self.parts.journal.remember(self.id, stop_head_sent=True, llm_stopped_at=time.time())
         else:
             self.parts.journal.remember(self.id, stop_workers_sent=True)
         timeout = self.config.llm.stop_timeout
@@ -520,7 +465,7 @@ class _ClusterRun:
         head = bool(nodes) and nodes[0] is self.head
         step = "start_head" if head else "start_workers"
         if head:
-            self.parts.journal.remember(self.id, start_head_sent=True)
+            self.parts.journal.remember(self.id, start_head_sent=True, llm_started_at=time.time())
         else:
             self.parts.journal.remember(self.id, start_workers_sent=True)
 
@@ -560,7 +505,8 @@ class _ClusterRun:
     def launch(self) -> Done:
         """The launcher set-up: its own command starts the ranks (workers first, then the
         head, as eugr's launch-cluster.sh does), as new ``--rm`` containers."""
-        self.parts.journal.remember(self.id, start_workers_sent=True)
+        # the launcher starts the head too
+        self.parts.journal.remember(self.id, start_workers_sent=True, llm_started_at=time.time())
         command = self.cluster.launcher
         try:
             figures = self.parts.launch(command, self.cluster.launcher_timeout)

@@ -55,6 +55,7 @@ from sparkwarden.restart.journal import Journal, RunRecord
 from sparkwarden.restart.step_names import CLUSTER_STEPS, RAY_STEPS, cluster_steps
 from sparkwarden.surfaces import exporter, status_text
 from sparkwarden.vllm.client import ChatOutcome, Health, VllmClient
+from tests.kits.fulljournal import FULL, fill_when
 
 IMAGE = "sha256:" + "a" * 64
 TWO = {"nodes": [{"name": "a", "engine": ["x"]}, {"name": "b", "ssh": "b", "engine": ["y"]}]}
@@ -1134,24 +1135,11 @@ def test_dry_run_on_a_clusters_head_prints_the_clusters_plan(tmp_path: Path) -> 
 def test_a_journal_that_cannot_be_written_still_resumes_every_nodes_voice(tmp_path: Path) -> None:
     """The one sequence's promise on a cluster too: a state dir that fills mid-run (after the
     start) ends the run failed, said as such, with the head's voice resumed unrecorded."""
-    import sqlite3
-
     config, link = make_config(tmp_path), FakeLink()
     journal = Journal(config.state.dir)
-    real_end = journal.end_step
-
-    def full(step_id: int, result: Any, detail: dict[str, Any]) -> float:
-        if "start" in {verb for _node, verb in link.calls}:
-            journal.begin_step = _raise  # type: ignore[method-assign]
-            raise sqlite3.OperationalError("database or disk is full")
-        return real_end(step_id, result, detail)
-
-    def _raise(*_args: Any) -> int:
-        raise sqlite3.OperationalError("database or disk is full")
-
-    journal.end_step = full  # type: ignore[method-assign]
+    fill_when(journal, lambda: "start" in {verb for _node, verb in link.calls})
     parts = ClusterParts(link, cast(VllmClient, FakeEngine()), journal, sleep=lambda _s: None)
     outcome = restart_cluster(config, "manual", parts)
     assert not outcome.ok
-    assert outcome.error == "the journal could not be written: database or disk is full"
+    assert outcome.error == f"the journal could not be written: {FULL}"
     assert link.calls[-1] == ("head", "resume") and link.voice["head"]["stt"] == "running"

@@ -19,6 +19,7 @@ from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Parts, Resume
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import ChatOutcome, Health
+from tests.kits.fulljournal import FULL, fill_when
 
 T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
 
@@ -232,26 +233,14 @@ def test_repair_whose_detect_fails_still_resumes_the_adopted_voice(tmp_path: Pat
 
 
 def test_a_journal_that_cannot_be_written_still_resumes_voice(tmp_path: Path) -> None:
-    import sqlite3
-
     docker = FakeDocker({"llm": "running", "stt": "running"})
     config, parts = build(tmp_path, docker, FakeHost([90.0]))
-    journal = parts.journal
-    real_end = journal.end_step
-
-    def full(step_id: int, result: Any, detail: dict[str, Any]) -> float:
-        if docker.status["llm"] == "running" and "start llm" in docker.calls:
-            journal.begin_step = _raise  # type: ignore[method-assign]
-            raise sqlite3.OperationalError("database or disk is full")
-        return real_end(step_id, result, detail)
-
-    def _raise(*_args: Any) -> int:
-        raise sqlite3.OperationalError("database or disk is full")
-
-    journal.end_step = full  # type: ignore[method-assign]
+    fill_when(
+        parts.journal, lambda: docker.status["llm"] == "running" and "start llm" in docker.calls
+    )
     outcome = sequence.restart(config, "manual", parts)
     assert not outcome.ok
-    assert outcome.error == "the journal could not be written: database or disk is full"
+    assert outcome.error == f"the journal could not be written: {FULL}"
     assert docker.calls[-1] == "unpause stt" and docker.status["stt"] == "running"
 
 

@@ -1,5 +1,7 @@
 """``sparkwarden restart`` against a bare script doing the same steps (bare_restart.py), in turn;
-how late its boot wait notices a ready engine; and ``restart --dry-run``'s own wall time.
+how late its boot wait notices a ready engine; and ``restart --dry-run``'s own wall time, with
+the daemon up (the normal case on a box: the daemon makes the plan, the command only asks and
+prints) and with none (the fallback: the command loads the config and makes the plan itself).
 
     .venv/bin/python benchmarks/restart_overhead.py [--pairs 10]
 
@@ -9,7 +11,8 @@ A prober every 10 ms marks when the engine became ready; the run's ``wait_health
 its journal, says how late the run noticed.
 
 Targets (issue 34): overhead <= 1.0 s at the defaults (median of alternating pairs, 5 s boot),
-a ready engine noticed within 0.2 s, ``restart --dry-run`` <= 0.3 s of wall time.
+a ready engine noticed within 0.2 s, ``restart --dry-run`` <= 0.3 s of wall time (the daemon
+up; the fallback's figure is reported beside it, with no target of its own).
 """
 
 from __future__ import annotations
@@ -139,8 +142,10 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             }
     finally:
         prober.close()
-    dry = [timed(ours_argv(configs["defaults"], "--dry-run")) for _ in range(args.pairs)]
-    result["dry_run"] = spread(dry)
+    dry_argv = ours_argv(configs["defaults"], "--dry-run")
+    result["dry_run_no_daemon"] = spread([timed(dry_argv) for _ in range(args.pairs)])
+    bench.daemon(configs["defaults"])  # answering on its socket from here
+    result["dry_run"] = spread([timed(dry_argv) for _ in range(args.pairs)])
     return result
 
 
@@ -167,13 +172,23 @@ def lines(r: dict[str, Any]) -> list[Line]:
     dry = r["dry_run"]
     out.append(
         Line(
-            f"restart --dry-run wall time ({dry['n']} runs), s",
+            f"restart --dry-run wall time, the daemon up ({dry['n']} runs), s",
             dry["median"],
             f"max {dry['max']:.2f}",
             "<= 0.3",
             dry["median"] <= 0.3,
         )
     )
+    if (alone := r.get("dry_run_no_daemon")) is not None:
+        out.append(
+            Line(
+                f"restart --dry-run wall time, no daemon (the fallback, {alone['n']} runs), s",
+                alone["median"],
+                f"max {alone['max']:.2f}",
+                "none (reported)",
+                True,
+            )
+        )
     return out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkwarden.base import faults, logs
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError, scrub
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import plans
 from sparkwarden.daemon.kept import Hold, Kept
@@ -176,7 +176,7 @@ class Handlers:
             raise  # answered as its message, as the command's own dry run says it
         except Exception as exc:  # never a listener thread gone with no answer
             log.exception("dry_run_failed", reason=reason)
-            return {"ok": False, "error": f"the dry run failed: {type(exc).__name__}: {exc}"}
+            return {"ok": False, "error": scrub(f"the dry run failed: {type(exc).__name__}: {exc}")}
 
     def _manual(self, reason: str, peer: Peer) -> Iterator[dict[str, Any]]:
         """Queue the run for the main thread, then stream its steps until it is done.

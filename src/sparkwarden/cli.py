@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: where a reader gone is still caught
         return code
     except BrokenPipeError:
-        from sparkwarden.base.logs import to_nowhere
+        from sparkwarden.base.streams import to_nowhere
 
         to_nowhere(sys.stdout.fileno())  # what Python flushes at exit goes nowhere, quietly
         return EXIT_READER_GONE
@@ -209,6 +209,8 @@ def _command(argv: Sequence[str] | None) -> int:
     args.log_level = getattr(args, "log_level", None)
     if args.command == "status":
         return _status(args)
+    if args.command == "restart" and (light := _restart(args)) is not None:
+        return light
     if args.command == "node":  # the head passes all it needs: no config, schema nor logger
         from sparkwarden.actions import node as node_action
 
@@ -309,6 +311,30 @@ def _refuse(exc: Exception, code: int) -> int:
     """One line, never wrapped: it names paths of any length, and operators grep for it."""
     print(f"sparkwarden: {exc}", file=sys.stderr)
     return code
+
+
+def _restart(args: argparse.Namespace) -> int | None:
+    """``restart`` and ``restart --dry-run`` through the daemon, as quick as ``status``: the
+    socket from locate.py, no schema, logger or Docker SDK (through_daemon.py). None when no
+    daemon answers, or the file's ``[state]``/``[control]`` are wrong: the full path then loads
+    the config (naming what is wrong, exit 2) and runs the restart or makes the plan itself."""
+    from sparkwarden.actions import through_daemon
+    from sparkwarden.base.errors import ConfigError, SparkwardenError
+    from sparkwarden.config import locate
+    from sparkwarden.surfaces.control import DaemonUnavailable
+
+    try:
+        where = locate.places(args.config)
+    except ConfigError:
+        return None
+    try:
+        if args.dry_run:
+            return through_daemon.dry_run(where.socket, args.reason)
+        return through_daemon.restart(where.socket, args.reason)
+    except DaemonUnavailable:
+        return None
+    except SparkwardenError as exc:
+        return _refuse(exc, EXIT_FAILED)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -218,6 +218,16 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
             ("repair", "ok"),
             ("manual", "interrupted"),
         ], runs[:2]
+        # the head's plan asked of its daemon (made there, from a look at every node): the
+        # cluster's 13 steps, as the command prints it made by itself, and kept as a dry run
+        dry = engine.cli("restart", "--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert dry.stdout.startswith(
+            "sparkwarden restart --dry-run: nothing will be touched. The cluster's plan:"
+        )
+        assert re.findall(r"^\[ ?\d+/13\] (\w+) ", dry.stdout, re.M) == list(CLUSTER_STEPS)
+        assert '"cmd": "dry-run"' in daemon.said(), daemon.said()[-3000:]
+        assert daemon.runs_ended()[0]["result"] == "dry-run"
 
         before = engine.started_at("w1", engine.worker)
         stages["w1"].client.containers.get(engine.worker).kill()

@@ -189,7 +189,10 @@ def test_status_before_the_first_look_is_starting_never_an_empty_snapshot(
     """The socket may answer before the first snapshot is published: an empty status read as
     "not running" (and a test's wait on ``daemon.looks`` found no key, in CI)."""
     published: dict[str, Any] = {}
-    handlers = Handlers(tmp_path, queue.Queue(), lambda: published, lambda: None, lambda: None)
+    config = parse(
+        {"llm": {"containers": ["v"], "base_url": "http://127.0.0.1:9"}, "state": {"dir": tmp_path}}
+    )
+    handlers = Handlers(config, queue.Queue(), lambda: published, lambda: None, lambda: None)
     asked = StatusRequest(cmd="status")
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": False, "error": STARTING}
     published.update({"daemon": {"running": True, "looks": 1}})

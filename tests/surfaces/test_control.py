@@ -36,11 +36,16 @@ def test_admission_caps_each_member_and_all_of_them_but_keeps_roots_reserve() ->
     assert admission.serving == {1000: 1, 1001: 1, 0: 1, 1002: 1}
 
 
-def test_a_socket_restart_is_always_manual_and_reasons_are_inert() -> None:
+@pytest.mark.parametrize("verb", ["restart", "dry-run"])
+def test_a_socket_restart_is_always_manual_and_reasons_are_inert(verb: str) -> None:
+    """A dry run is kept in history under its reason as a restart is: the same rule holds."""
     for reason in ("crash", "schedule", "manual\x1b[2J", "manualx"):
         with pytest.raises(ValidationError):
-            control_schema.parse_request({"cmd": "restart", "reason": reason})
-    assert control_schema.parse_request({"cmd": "restart", "reason": "manual:fix-1"}).reason
+            control_schema.parse_request({"cmd": verb, "reason": reason})
+    with pytest.raises(ValidationError):  # nothing but its reason: no container, no step
+        control_schema.parse_request({"cmd": verb, "reason": "manual", "container": "x"})
+    assert control_schema.parse_request({"cmd": verb, "reason": "manual:fix-1"}).reason
+    assert control_schema.parse_request({"cmd": verb}).reason == "manual"
     assert control_schema.manual_reason("crash") == "manual:crash"
     assert control_schema.manual_reason("manual:x") == "manual:x"
     for reason in ("\x1b]0;pwned\x07", "ok\r\nGAVE UP: forged", "\x9b2J"):

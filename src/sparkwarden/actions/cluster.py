@@ -20,7 +20,7 @@ def restart(config: Config, reason: str) -> int:
     single-host restart: the two never overlap)."""
     if config.cluster is None:
         raise SparkwardenError("no [cluster] in the config: use 'sparkwarden restart'")
-    from sparkwarden.surfaces.control_schema import manual_reason
+    from sparkwarden.surfaces.reasons import manual_reason
 
     reason = manual_reason(reason)  # typed: an operator's run, whatever its text
     # the restart's own machinery, imported only here: status and preflight stay light
@@ -75,18 +75,10 @@ def restart(config: Config, reason: str) -> int:
 def dry_run(config: Config, reason: str) -> int:
     """``restart --dry-run`` on a cluster's head: the cluster's plan, from a look at every node
     (the restart there is the cluster's, never one rank's)."""
-    from sparkwarden.actions.run_lines import print_plan, record_dry_run
-    from sparkwarden.cluster.run import plan
-    from sparkwarden.restart.journal import Journal
+    from sparkwarden.actions.run_lines import CLUSTER_PLAN_TITLE, print_plan
+    from sparkwarden.daemon.plans import cluster_plan
 
-    steps = plan(config, look(config))
-    journal = Journal(config.state.dir)
-    try:
-        record_dry_run(journal, reason)
-    finally:
-        journal.close()
-    title = "sparkwarden restart --dry-run: nothing will be touched. The cluster's plan:"
-    print_plan(title, steps)
+    print_plan(CLUSTER_PLAN_TITLE, cluster_plan(config, reason))
     return 0
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TextIO, cast
 
-from sparkwarden.base.logs import Sturdy, to_nowhere
+from sparkwarden.base.streams import Sturdy, to_nowhere
 
 #: The signals a terminal or an operator's ``kill`` sends to end a process.
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP)
@@ -55,10 +55,10 @@ def uncut(what: str) -> Iterator[list[str]]:
 
 
 def say(text: str, file: TextIO | None = None) -> None:
-    """``print`` for a person, through the logs' :class:`Sturdy`: when that stream's reader is
-    gone (EPIPE: it quit; EIO: the terminal hung up), what follows on it goes to /dev/null. The
-    other stream is kept: a failure still reaches a terminal that reads stderr when stdout went
-    into ``| head -1``."""
+    """``print`` for a person, through :class:`~sparkwarden.base.streams.Sturdy`: when that
+    stream's reader is gone (EPIPE: it quit; EIO: the terminal hung up), what follows on it goes
+    to /dev/null. The other stream is kept: a failure still reaches a terminal that reads stderr
+    when stdout went into ``| head -1``."""
     print(text, file=cast(TextIO, Sturdy(file or sys.stdout)), flush=True)
 
 

@@ -1,15 +1,24 @@
 """A run's lines on a terminal: each step as it ends (a lone host's run or a cluster's, run here
-or streamed from the daemon), a ``--dry-run``'s plan, the verdict; each within 100 columns."""
+or streamed from the daemon), a ``--dry-run``'s plan, the verdict; each within 100 columns.
+
+Light: ``restart`` through the daemon prints with these, importing no schema, logger or Docker
+SDK (``tests/config/test_locate.py`` keeps them out).
+"""
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from sparkwarden.actions.foreground import say
 from sparkwarden.base.columns import fit_all
-from sparkwarden.restart.journal import Journal
-from sparkwarden.restart.parts import StepEvent
 from sparkwarden.restart.step_names import CLUSTER_STEPS, NAME_WIDTH, STEPS, name_width
+
+if TYPE_CHECKING:
+    from sparkwarden.restart.events import StepEvent
+
+#: ``--dry-run``'s first line: a lone host's plan, or a cluster head's.
+PLAN_TITLE = "sparkwarden restart --dry-run: nothing will be touched. The plan:"
+CLUSTER_PLAN_TITLE = "sparkwarden restart --dry-run: nothing will be touched. The cluster's plan:"
 
 
 def _head(index: int, total: int, name: str) -> str:
@@ -46,9 +55,3 @@ def print_plan(title: str, steps: list[tuple[str, str]]) -> None:
     print(title)
     for index, (name, what) in enumerate(steps, start=1):
         _say(f"{_head(index, len(steps), name)}{what}", len(steps))
-
-
-def record_dry_run(journal: Journal, reason: str) -> None:
-    """A dry run is kept in history (and ``/metrics``) as one: nothing was touched."""
-    run_id = journal.begin_run(reason, result="dry-run")
-    journal.end_run(run_id, "dry-run")

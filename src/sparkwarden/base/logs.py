@@ -8,16 +8,19 @@ priority, so ``journalctl -u sparkwarden -p err`` shows the errors alone.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import os
-import stat
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO, cast
 
 import structlog
+
+# Streams that outlive their reader live in base.streams (a quick command prints through them
+# without structlog); named here too, where they were first.
+from sparkwarden.base.streams import GONE, Sturdy, to_nowhere
+
+__all__ = ["GONE", "PRIORITY", "Sturdy", "get", "setup", "to_journal", "to_nowhere"]
 
 #: structlog's level names as syslog priorities (RFC 5424), what journald files a line under.
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
@@ -40,56 +43,6 @@ def _prefixed(render: Callable[..., Any]) -> Callable[..., str]:
         return f"<{priority}>{render(logger, method, event)}"
 
     return render_with_priority
-
-
-#: Errors that say a stream's reader is gone for good: the reader quit (a pipe, a socket) or the
-#: terminal hung up.
-GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.EIO, errno.ENXIO})
-
-
-class Sturdy:
-    """A stream whose failed write is dropped: a log line never fails the work it reports. A
-    terminal, pipe or socket whose reader is gone (:data:`GONE`) is replaced by /dev/null
-    (:func:`to_nowhere`), so what the stream still holds is not written again at every line;
-    any other error (EAGAIN, ENOBUFS under memory pressure) costs that line only."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def write(self, text: str) -> int:
-        try:
-            return self.out.write(text)
-        except OSError as exc:
-            self._failed(exc)
-        except ValueError:  # the stream was closed
-            pass
-        return len(text)
-
-    def flush(self) -> None:
-        try:
-            self.out.flush()
-        except OSError as exc:
-            self._failed(exc)
-        except ValueError:
-            pass
-
-    def _failed(self, exc: OSError) -> None:
-        if exc.errno in GONE:
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                to_nowhere(self.out.fileno())
-                self.out.flush()  # what it held, now to /dev/null
-
-
-def to_nowhere(fd: int) -> None:
-    """``fd`` to /dev/null unless it is a file (a terminal, a pipe, a socket: gone for good; a
-    file an operator redirected output to keeps what follows)."""
-    if stat.S_ISREG(os.fstat(fd).st_mode):
-        return
-    nowhere = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(nowhere, fd)
-    finally:
-        os.close(nowhere)
 
 
 def setup(level: str = "info", stream: TextIO | None = None, force_json: bool = False) -> None:

@@ -16,11 +16,9 @@ from sparkwarden.base import logs
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.base.version import version
-from sparkwarden.cluster import looks
-from sparkwarden.cluster import run as cluster_run
-from sparkwarden.cluster.link import SshLink
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
+from sparkwarden.daemon import plans
 from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
@@ -163,7 +161,7 @@ class Hands(ClusterHands):
         say what each would do now (read from Docker and /proc, or each node), and notified.
         Nothing is touched, no lock is taken: no budget is spent and no gauge of runs moves."""
         try:
-            lines = self._would(reason)
+            lines = plans.plan_now(self.config, self.parts)
         except SparkwardenError as exc:
             lines = [("detect", f"the plan could not be read: {exc}")]
         container = next((text for name, text in lines if name == "detect"), "")
@@ -172,16 +170,6 @@ class Hands(ClusterHands):
         log.warning("would_restart", run=run_id, reason=reason, why=why, target=target)
         summary = f"run #{run_id} ({reason}): {why}; nothing touched (watch.mode = observe)"
         self.webhooks.emit("would_restart", "llm", summary, plan=container)
-
-    def _would(self, reason: str) -> list[tuple[str, str]]:
-        """What the run would do now, step by step: a lone host's or the cluster's plan."""
-        if self.config.cluster is None:
-            return sequence.plan(self.config, self.parts)
-        link = SshLink(self.config.cluster)
-        try:
-            return cluster_run.plan(self.config, looks.inspect_all(self.config, link))
-        finally:
-            link.close()
 
     def repair(self) -> float | None:
         """Finish what a crash of sparkwarden left, a lone host's run or a cluster's: voice

@@ -1,8 +1,10 @@
 """What the control socket's requests do; :mod:`~sparkwarden.surfaces.control` only carries them.
 
 These run on the control thread. They never touch the box: a status request reads the published
-snapshot, a restart is queued for the main thread and its steps streamed back, and ``hold``,
-``release`` and ``reset`` write the journal's durable facts, then wake the loop to read them.
+snapshot, a restart is queued for the main thread and its steps streamed back, a dry run only
+reads the box, with adapters of its own (:func:`sparkwarden.daemon.plans.answer` says why it is
+safe there), and ``hold``, ``release`` and ``reset`` write the journal's durable facts, then wake
+the loop to read them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from sparkwarden.base import faults, logs
-from sparkwarden.base.errors import SparkwardenError
+from sparkwarden.base.errors import SparkwardenError, scrub
+from sparkwarden.config.schema import Config
+from sparkwarden.daemon import plans
 from sparkwarden.daemon.kept import Hold, Kept
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Outcome
 from sparkwarden.surfaces.control import Answer, Peer
 from sparkwarden.surfaces.control_schema import (
+    DryRunRequest,
     FaultRequest,
     HoldRequest,
     ReleaseRequest,
@@ -120,13 +125,14 @@ class Handlers:
 
     def __init__(
         self,
-        journal_dir: Path,
+        config: Config,
         loop_queue: queue.SimpleQueue[Any],
         snapshot: Callable[[], dict[str, Any]],
         busy: Callable[[], str | None],
         freeze: Callable[[], None],
     ) -> None:
-        self.journal_dir = journal_dir
+        self.config = config
+        self.journal_dir: Path = config.state.dir
         self.queue = loop_queue
         self.snapshot = snapshot
         self.busy = busy
@@ -146,6 +152,8 @@ class Handlers:
             return {"ok": True, "status": snapshot}
         if isinstance(request, RestartRequest):
             return self._manual(request.reason, peer)
+        if isinstance(request, DryRunRequest):
+            return self._dry_run(request.reason)
         if isinstance(request, FaultRequest):
             if not self.faults:
                 return {"ok": False, "error": f"fault injection is off (set {faults.ENABLE}=1)"}
@@ -159,11 +167,24 @@ class Handlers:
             journal.close()
             self.queue.put(WAKE)
 
+    def _dry_run(self, reason: str) -> dict[str, Any]:
+        """The plan of the restart this daemon would run now, made here on the control thread
+        (:func:`~sparkwarden.daemon.plans.answer`), and kept in history as a dry run."""
+        try:
+            return plans.answer(self.config, reason)
+        except SparkwardenError:
+            raise  # answered as its message, as the command's own dry run says it
+        except Exception as exc:  # never a listener thread gone with no answer
+            log.exception("dry_run_failed", reason=reason)
+            return {"ok": False, "error": scrub(f"the dry run failed: {type(exc).__name__}: {exc}")}
+
     def _manual(self, reason: str, peer: Peer) -> Iterator[dict[str, Any]]:
         """Queue the run for the main thread, then stream its steps until it is done.
 
         One operator request at a time: a second one, while the first is queued or running,
-        is refused at once rather than run after it.
+        is refused at once rather than run after it. Each first answer says the daemon's
+        ``watch.mode``, so the command says "the daemon only observes" from the one source of
+        it, without reading the config itself.
         """
         call = ManualCall(reason, by=peer.who())
         with self.manual_lock:
@@ -173,20 +194,21 @@ class Handlers:
                 self.manual_call = call
         if queued is not None:
             busy = _naming(queued)  # waits, outside the lock, for it to have a run number
+        mode = {"watch_mode": self.config.watch.mode}
         if busy:
-            yield {"ok": False, "error": f"another sequence is running: {busy}"}
+            yield {"ok": False, "error": f"another sequence is running: {busy}", **mode}
             return
         try:
             self.queue.put(call)
             if not call.started.wait(timeout=10.0) and call.cancel():
-                yield {"ok": False, "error": "the daemon is busy; try again"}
+                yield {"ok": False, "error": "the daemon is busy; try again", **mode}
                 return
             call.started.wait()
             if call.refused:
-                yield {"ok": False, "error": call.refused}
+                yield {"ok": False, "error": call.refused, **mode}
                 return
             log.info("manual_run", run=call.run_id, reason=reason, uid=peer.uid, pid=peer.pid)
-            yield {"ok": True, "run": call.run_id}
+            yield {"ok": True, "run": call.run_id, **mode}
             while True:
                 event = call.events.get()
                 yield event

@@ -81,7 +81,7 @@ class Daemon:
         self.hands = Hands(config, self.parts, self.webhooks, self.sd, self._publish)
         self.reporter = publish.Publisher(config, self.sd)
         self.handlers = Handlers(
-            config.state.dir, self.queue, self.reporter.as_json, self._busy, self._freeze
+            config, self.queue, self.reporter.as_json, self._busy, self._freeze
         )
         self.control = ControlServer(config.control.socket, config.control.group, self.handlers)
         self.crontab = (

@@ -7,14 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.journal import Journal, Plan, StepResult
-from sparkwarden.restart.step_names import STEPS
+from sparkwarden.restart.events import StepEvent as StepEvent
+from sparkwarden.restart.journal import Journal, Plan
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
 
@@ -71,21 +70,6 @@ class Parts:
         if self.gateway is not None:
             self.gateway.close()
         self.journal.close()
-
-
-@dataclass(frozen=True)
-class StepEvent:
-    """What an observer (the CLI's progress lines, the daemon's STATUS=) is told of a step."""
-
-    phase: Literal["begin", "end"]
-    name: str
-    index: int
-    run_id: int
-    result: StepResult = "running"
-    summary: str = ""
-    duration_s: float = 0.0
-    #: how many steps the run has (a cluster's run has more than a host's)
-    total: int = len(STEPS)
 
 
 StepObserver = Callable[[StepEvent], None]

@@ -6,7 +6,7 @@ limited and schema-checked (:mod:`sparkwarden.surfaces.control_schema`); a malfo
 error answer, never a crash. The client half (:func:`call`, :func:`stream`) imports neither the
 schema nor the logger: ``sparkwarden status`` must start fast.
 
-A member is trusted with five verbs, not with the daemon: connections are capped per user and in
+A member is trusted with six verbs, not with the daemon: connections are capped per user and in
 all (root keeps a reserve of its own), a request must arrive whole within one deadline, and the
 accept loop outlives running out of files or threads. The client treats any failure of the
 socket as "not answering", so ``status`` can fall back to the last snapshot.

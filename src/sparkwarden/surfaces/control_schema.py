@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from sparkwarden.base.errors import SparkwardenError
 
+# The CLI builds a request's reason with no pydantic imported (``restart`` starts quickly).
+from sparkwarden.surfaces.reasons import manual_reason as manual_reason
+
 #: No C0/C1 control characters: a reason or a note is printed on root's terminal.
 INERT = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
@@ -24,14 +27,26 @@ class StatusRequest(_Request):
     cmd: Literal["status"]
 
 
+#: An operator's reason: ``manual`` or ``manual:<text>``, never a trigger's (a member naming it
+#: ``crash`` would spend the budget and forge the record).
+ManualReason = Annotated[
+    str, Field(min_length=1, max_length=71, pattern=r"^manual(:[^\x00-\x1f\x7f-\x9f]+)?$")
+]
+
+
 class RestartRequest(_Request):
-    """Always an operator's run: ``manual`` or ``manual:<text>``, never a trigger's reason (a
-    member naming it ``crash`` would spend the budget and forge the record)."""
+    """Always an operator's run, under a :data:`ManualReason`."""
 
     cmd: Literal["restart"]
-    reason: Annotated[
-        str, Field(min_length=1, max_length=71, pattern=r"^manual(:[^\x00-\x1f\x7f-\x9f]+)?$")
-    ] = "manual"
+    reason: ManualReason = "manual"
+
+
+class DryRunRequest(_Request):
+    """``restart --dry-run``: the plan of the restart the daemon would run now, touching
+    nothing; kept in history as a dry run under the same kind of reason as a restart."""
+
+    cmd: Literal["dry-run"]
+    reason: ManualReason = "manual"
 
 
 class HoldRequest(_Request):
@@ -56,15 +71,16 @@ class FaultRequest(_Request):
 
 
 Request = Annotated[
-    StatusRequest | RestartRequest | HoldRequest | ReleaseRequest | ResetRequest | FaultRequest,
+    StatusRequest
+    | RestartRequest
+    | DryRunRequest
+    | HoldRequest
+    | ReleaseRequest
+    | ResetRequest
+    | FaultRequest,
     Field(discriminator="cmd"),
 ]
 _REQUEST = TypeAdapter(Request)
-
-
-def manual_reason(text: str) -> str:
-    """The reason a restart asked for through the socket is recorded under."""
-    return text if text == "manual" or text.startswith("manual:") else f"manual:{text}"
 
 
 def parse_request(payload: dict[str, Any]) -> Any:

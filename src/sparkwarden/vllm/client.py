@@ -9,6 +9,8 @@ pure functions here say what a response means; the client only moves bytes.
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -153,6 +155,17 @@ def first_model(payload: object) -> str | None:
     return None
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext | bool:
+    """httpx's own default TLS context (certifi's CAs, or ``$SSL_CERT_FILE``/``$SSL_CERT_DIR``),
+    made once in a process: each client made its own, 0.1 to 0.4 s of loading CA certificates
+    on a loaded box, and the daemon makes one per ``restart --dry-run`` it is asked. A context
+    is safe to share between threads. An httpx older than 0.28 has no public maker: each client
+    then makes its own, as before."""
+    make = getattr(httpx, "create_ssl_context", None)
+    return make() if make is not None else True
+
+
 class VllmClient:
     """A thin httpx client that trusts nothing it is answered.
 
@@ -169,7 +182,9 @@ class VllmClient:
         self._key = api_key
         self._guard = guard if guard is not None else KeyGuard(base_url)
         # identity: a compressed answer could inflate past any cap before it is counted
-        self._http = httpx.Client(base_url=base_url, headers={"Accept-Encoding": "identity"})
+        self._http = httpx.Client(
+            base_url=base_url, headers={"Accept-Encoding": "identity"}, verify=_tls()
+        )
         #: Why the last :meth:`served_model` learnt nothing (for the probe's message).
         self.why_no_model = ""
 

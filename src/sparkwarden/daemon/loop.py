@@ -54,11 +54,16 @@ log = logs.get("sparkwarden.daemon")
 
 
 class Daemon:
-    def __init__(self, config: Config, path: Path | None = None) -> None:
+    def __init__(
+        self, config: Config, path: Path | None = None, previous: Daemon | None = None
+    ) -> None:
         self.config = config
         #: Where SIGHUP re-reads the config from; the new one, once read and valid.
         self.path = path
         self.reload_wanted = False
+        #: The daemon this one follows in the process (a reload): a SIGHUP it took while it
+        #: wound down, until this one's handlers are in, is this one's to act on.
+        self.previous = previous
         self.reloaded: Config | None = None
         self.sd = SdNotify()
         self.watchdog = Watchdog(self.sd)
@@ -127,6 +132,9 @@ class Daemon:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, self._on_hangup)
+        if self.previous is not None:  # no SIGHUP reaches it from here on
+            self.reload_wanted |= self.previous.reload_wanted
+            self.previous = None
         self.watchdog.start()
         self.watchdog.beat(self._loop_lease())
         if self.first_listener:  # killed before any event, its successor replays from here

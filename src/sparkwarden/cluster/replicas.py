@@ -64,6 +64,19 @@ TURN_WAITS = "the turn"
 def waits_for(look: PeersLook | None, me: str, t: float, stale_after: float) -> str | None:
     """What a planned restart on ``me`` waits for now, or None: it may take the turn. A look
     older than ``stale_after`` (the looks stopped) is no evidence that the peers serve."""
+    if (peers := peer_waits(look, t, stale_after)) is not None or look is None:
+        return peers
+    if look.turn is None:
+        return f"the turn to be read ({look.turn_error or 'no answer'})"
+    if look.turn.holder is not None and look.turn.holder != me:
+        expires = look.turn.expires_in or 0
+        return f"the turn: peer {look.turn.holder} holds it (expires in {expires:.0f}s)"
+    return None
+
+
+def peer_waits(look: PeersLook | None, t: float, stale_after: float) -> str | None:
+    """The peer a planned restart waits for (not serving, unreachable, or not looked at
+    lately), whoever holds the turn; None when every peer serves."""
     if look is None:
         return "a first look at the peers"
     if t - look.at > stale_after:
@@ -72,11 +85,6 @@ def waits_for(look: PeersLook | None, me: str, t: float, stale_after: float) -> 
         if not peer.serving:
             what = "unreachable" if not peer.reachable else "not serving"
             return f"peer {peer.name} {what}: {peer.why}"
-    if look.turn is None:
-        return f"the turn to be read ({look.turn_error or 'no answer'})"
-    if look.turn.holder is not None and look.turn.holder != me:
-        expires = look.turn.expires_in or 0
-        return f"the turn: peer {look.turn.holder} holds it (expires in {expires:.0f}s)"
     return None
 
 

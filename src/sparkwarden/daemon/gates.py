@@ -10,11 +10,12 @@ requests in flight. No I/O here.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.cluster import replicas
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind, Pending, Transition, on_scrape
@@ -23,6 +24,7 @@ from sparkwarden.daemon.kept import GaveUp
 from sparkwarden.daemon.observe import Recorded, Scrape
 from sparkwarden.evidence import triggers
 from sparkwarden.evidence.triggers import PLANNED
+from sparkwarden.restart.turn import Answer
 from sparkwarden.surfaces.status_text import local_time
 
 
@@ -143,6 +145,59 @@ def wants_drain_sample(
     return _admit(mind, facts, active, t, cfg)[2] == "go"
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A replica's turn as the hands know it this pass: whether it holds it (taken, and not
+    lost at a renewal), and the first node's answer if it asked for it just now."""
+
+    holding: bool = False
+    asked: Answer | None = None
+
+
+def stale_after(cfg: Config) -> float:
+    """A look at the peers older than this is no evidence that they serve."""
+    assert cfg.replicas is not None
+    return 3 * cfg.replicas.check_interval + 60
+
+
+def peers_wait(mind: Mind, t: float, cfg: Config, turn: Turn) -> str | None:
+    """What a replica's planned restart still waits for among its peers, or None. In observe
+    mode it waits for its peers to serve (as it would in act mode) but takes no turn."""
+    pending = mind.pending
+    if cfg.replicas is None or pending is None or pending.reason not in PLANNED:
+        return None
+    if turn.holding:  # kept until the run ends; a peer that went down meanwhile is waited for
+        return replicas.peer_waits(mind.peers, t, stale_after(cfg))
+    why = replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg))
+    if cfg.watch.mode == "observe":
+        return why if why is not None and not why.startswith(replicas.TURN_WAITS) else None
+    if why is not None:
+        return why
+    if turn.asked is None:
+        return "the turn (not asked yet)"
+    if not turn.asked.granted:
+        return f"the turn: {turn.asked.why}"
+    return None
+
+
+def wants_turn(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config, held: bool
+) -> bool:
+    """A replica's planned restart past every gate before the drain, with every peer serving
+    and the turn free as last read: ask the first node for it now."""
+    pending = mind.pending
+    if cfg.replicas is None or cfg.watch.mode == "observe" or held or pending is None:
+        return False
+    if pending.reason not in PLANNED or _admit(mind, facts, active, t, cfg)[2] != "go":
+        return False
+    return replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg)) is None
+
+
+def on_peers(mind: Mind, look: replicas.PeersLook) -> Transition:
+    """A replica's look at its peers and the turn, kept for the gate and status."""
+    return replace(mind, peers=look), []
+
+
 def gate(
     mind: Mind,
     facts: Recorded,
@@ -150,8 +205,9 @@ def gate(
     sample: Scrape | None,
     t: float,
     cfg: Config,
+    turn: Turn | None = None,
 ) -> Transition:
-    """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
+    """Let the pending restart through, drop it, or keep it waiting (backoff, peers, drain)."""
     mind, intents, verdict = _admit(mind, facts, active, t, cfg)
     if verdict != "go":
         return mind, intents
@@ -164,6 +220,21 @@ def gate(
         ("budget", f"{spent.used} of {spent.limit} automatic runs used before it"),
         ("drain", f"none: {pending.reason} is not planned, it goes at once"),
     ]
+    if cfg.replicas is not None and pending.reason in PLANNED:
+        turn = turn or Turn()
+        waits = peers_wait(mind, t, cfg, turn)
+        if waits is not None:
+            if waits != pending.peers:
+                said = {"reason": pending.reason, "for": waits}
+                intents.append(Say("info", "restart_waits_for_peers", said))
+            return replace(mind, pending=replace(pending, peers=waits)), intents
+        if pending.peers is not None or turn.asked is not None:
+            said = {"reason": pending.reason, "turn": "taken" if turn.asked else "not taken"}
+            intents.append(Say("info", "peers_serving", said))
+        pending = replace(pending, peers=None)
+        mind = replace(mind, pending=pending)
+        taken = "taken" if turn.holding or turn.asked else "none taken (watch.mode = observe)"
+        passed.insert(2, ("peers", f"every peer serving; the turn: {taken}"))
     if pending.reason in PLANNED:
         drain = pending.drain
         if sample is not None and sample.engine is not None and sample.engine.sleeping:

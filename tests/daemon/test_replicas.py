@@ -9,6 +9,7 @@ from typing import Any
 from sparkwarden.cluster.replicas import PeersLook, PeerView, peers_out
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon import gates
+from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.decide import Mind
 from sparkwarden.restart.turn import Answer, Lease, settle
 from sparkwarden.surfaces.status_text import replica_lines
@@ -174,3 +175,20 @@ def test_the_hands_turn_taken_renewed_lost_and_released() -> None:
     fake.lease = Lease("spark1", T, T + 600)  # expired meanwhile and taken by a peer
     looks.take_look()
     assert not looks.holding  # lost: the restart waits again
+
+
+def test_a_peer_unreachable_past_the_bound_is_notified_once_and_the_restart_keeps_waiting() -> None:
+    gone = PeerView("spark1", False, "ssh: connect timed out", reachable=False)
+    mind = planned(look(gone))
+    told = []
+    for t in (T, T + gates.PEER_NOTICE - 1, T + gates.PEER_NOTICE, T + 2 * gates.PEER_NOTICE):
+        mind = replace(mind, peers=look(gone, at=t))
+        mind, said = gates.gate(mind, facts(at=t), ACTIVE, IDLE, t, CFG, gates.Turn())
+        assert restarts(said) == []
+        told.append([(n.kind, n.subject) for n in said if isinstance(n, do.Notify)])
+    assert told == [[], [], [("node_unreachable", "spark1")], []]
+    back = replace(mind, peers=look(at=T + 2 * gates.PEER_NOTICE + 1))
+    granted = gates.Turn(False, Answer(True, "spark2", 600.0, "taken"))
+    t = T + 2 * gates.PEER_NOTICE + 1
+    mind, _ = gates.gate(back, facts(at=t), ACTIVE, IDLE, t, CFG, granted)
+    assert mind.pending is not None and mind.pending.peers_since is None  # a new wait, anew

@@ -88,6 +88,10 @@ def peer_waits(look: PeersLook | None, t: float, stale_after: float) -> str | No
     return None
 
 
+def unreachable(look: PeersLook | None) -> list[str]:
+    return [p.name for p in look.peers if not p.reachable] if look is not None else []
+
+
 def peers_out(look: PeersLook | None) -> list[str]:
     """The peers last seen not serving, each with why (what a typed restart says)."""
     if look is None:

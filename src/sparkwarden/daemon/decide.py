@@ -64,8 +64,11 @@ class Pending:
     drain: triggers.DrainState | None = None  # set while a planned restart drains
     #: the one container (ID) the restart may touch; None: the active one at the time
     target: str | None = None
-    #: a replica's planned restart: what among its peers it waits for (status says it)
+    #: a replica's planned restart: what among its peers it waits for (status says it), since
+    #: when, and whether an unreachable peer was notified
     peers: str | None = None
+    peers_since: float | None = None
+    peers_told: bool = False
 
 
 @dataclass(frozen=True)

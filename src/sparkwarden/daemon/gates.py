@@ -193,6 +193,32 @@ def wants_turn(
     return replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg)) is None
 
 
+#: How long a planned restart waits on an unreachable peer before it is notified: a look or two
+#: lost is a blip, this long is a Spark down or cut off (the restart keeps waiting after it).
+PEER_NOTICE = 600.0
+
+
+def _waiting_for_peers(mind: Mind, waits: str, t: float) -> Transition:
+    """The planned restart waits among its peers: said when what it waits for changes, and an
+    unreachable peer notified once, past :data:`PEER_NOTICE` of waiting."""
+    pending = mind.pending
+    assert pending is not None
+    intents: list[Intent] = []
+    if waits != pending.peers:
+        said = {"reason": pending.reason, "for": waits}
+        intents.append(Say("info", "restart_waits_for_peers", said))
+    since = pending.peers_since if pending.peers_since is not None else t
+    told = pending.peers_told
+    gone = replicas.unreachable(mind.peers)
+    if gone and not told and t - since >= PEER_NOTICE:
+        told = True
+        for name in gone:
+            summary = f"planned {pending.reason} restart waits: peer {name} unreachable ({waits})"
+            intents.append(Notify("node_unreachable", name, summary))
+    waiting = replace(pending, peers=waits, peers_since=since, peers_told=told)
+    return replace(mind, pending=waiting), intents
+
+
 def on_peers(mind: Mind, look: replicas.PeersLook) -> Transition:
     """A replica's look at its peers and the turn, kept for the gate and status."""
     return replace(mind, peers=look), []
@@ -224,14 +250,12 @@ def gate(
         turn = turn or Turn()
         waits = peers_wait(mind, t, cfg, turn)
         if waits is not None:
-            if waits != pending.peers:
-                said = {"reason": pending.reason, "for": waits}
-                intents.append(Say("info", "restart_waits_for_peers", said))
-            return replace(mind, pending=replace(pending, peers=waits)), intents
+            mind, more = _waiting_for_peers(mind, waits, t)
+            return mind, [*intents, *more]
         if pending.peers is not None or turn.asked is not None:
             said = {"reason": pending.reason, "turn": "taken" if turn.asked else "not taken"}
             intents.append(Say("info", "peers_serving", said))
-        pending = replace(pending, peers=None)
+        pending = replace(pending, peers=None, peers_since=None, peers_told=False)
         mind = replace(mind, pending=pending)
         taken = "taken" if turn.holding or turn.asked else "none taken (watch.mode = observe)"
         passed.insert(2, ("peers", f"every peer serving; the turn: {taken}"))

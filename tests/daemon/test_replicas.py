@@ -192,3 +192,12 @@ def test_a_peer_unreachable_past_the_bound_is_notified_once_and_the_restart_keep
     t = T + 2 * gates.PEER_NOTICE + 1
     mind, _ = gates.gate(back, facts(at=t), ACTIVE, IDLE, t, CFG, granted)
     assert mind.pending is not None and mind.pending.peers_since is None  # a new wait, anew
+
+
+def test_a_typed_restart_says_which_peer_is_out() -> None:
+    gone = PeerView("spark1", False, "no LLM container up")
+    why, out = gates.typed_why("root", Mind(peers=look(gone)), CFG)
+    assert why == "requested by root; peer out: spark1: no LLM container up"
+    assert out == ["spark1: no LLM container up"]
+    assert gates.typed_why("root", Mind(peers=look()), CFG)[0] == "requested by root"
+    assert gates.typed_why("root", Mind(peers=look(gone)), cfg())[0] == "requested by root"

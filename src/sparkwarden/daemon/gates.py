@@ -219,6 +219,14 @@ def _waiting_for_peers(mind: Mind, waits: str, t: float) -> Transition:
     return replace(mind, pending=waiting), intents
 
 
+def typed_why(by: str, mind: Mind, cfg: Config) -> tuple[str, list[str]]:
+    """An operator's typed restart goes at once; on a replica its ``why`` names each peer last
+    seen not serving (and the peers, for the log)."""
+    why = f"requested by {by}"
+    out = replicas.peers_out(mind.peers) if cfg.replicas is not None else []
+    return (f"{why}; peer out: {'; '.join(out)}" if out else why), out
+
+
 def on_peers(mind: Mind, look: replicas.PeersLook) -> Transition:
     """A replica's look at its peers and the turn, kept for the gate and status."""
     return replace(mind, peers=look), []

@@ -31,7 +31,7 @@ from sparkwarden.adapters.systemd import SdNotify, Watchdog
 from sparkwarden.base import logs
 from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
-from sparkwarden.cluster.replicas import PeersLook, peers_out
+from sparkwarden.cluster.replicas import PeersLook
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config import schema as config_mod
 from sparkwarden.config.locate import resolve_path
@@ -361,10 +361,8 @@ class Daemon:
                 + (f" (run #{last[0].id}, {last[0].reason})" if last else "")
             )
             return
-        why = f"requested by {call.by}"
-        if out := peers_out(self.mind.peers if self.replica_looks else None):
-            # an operator's restart goes at once, but says which replica is out meanwhile
-            why += f"; peer out: {'; '.join(out)}"
+        why, out = gates.typed_why(call.by, self.mind, self.config)
+        if out:  # an operator's restart goes at once, but says which replica is out meanwhile
             log.warning("restart_while_peer_out", peers=out)
         ended = self.hands.sequence(call.reason, why, call=call)
         if ended is not None:

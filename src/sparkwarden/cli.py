@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--json", action="store_true", help="machine-readable output"
         )
 
-    node = command("node", "one of this node's own steps, for the head of a cluster (JSON)")
+    node = command("node", "one of this node's own steps, for a cluster's head or a replica (JSON)")
     node.add_argument("verb", choices=NODE_VERBS)
     node.add_argument("--engine", action="append", default=[], help="an engine container")
     node.add_argument("--voice", action="append", default=[], help="a voice container")

@@ -4,8 +4,9 @@ journal's facts and a clock.
 :mod:`sparkwarden.daemon.decide` turns a trigger into a :class:`~sparkwarden.daemon.decide.Pending`
 restart;
 :func:`gate` lets it through past the hold, a "gave up", a container stopped by hand, the
-freshness of the engine, the budget and its backoff, and (for a planned reason) a drain of the
-requests in flight. No I/O here.
+freshness of the engine, the budget and its backoff, and (for a planned reason) on a replica its
+peers serving and its turn (:mod:`sparkwarden.cluster.replicas`), then a drain of the requests
+in flight. No I/O here.
 """
 
 from __future__ import annotations

@@ -158,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--json", action="store_true", help="machine-readable output"
         )
 
-    node = command("node", "one of this node's own steps, for the head of a cluster (JSON)")
-    node.add_argument("verb", choices=["inspect", "pause", "resume", "stop", "drop", "start"])
+    node = command("node", "one of this node's own steps, for a cluster's head or a replica (JSON)")
+    node.add_argument("verb", choices=NODE_VERBS)
     node.add_argument("--engine", action="append", default=[], help="an engine container")
     node.add_argument("--voice", action="append", default=[], help="a voice container")
     node.add_argument("--timeout", type=_duration, default=120.0, help="stop: docker stop's")
@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="inspect: a running engine container with no vLLM process in it is idle",
     )
+    node.add_argument("--action", choices=TURN_ACTIONS, default="", help="turn: what")
+    node.add_argument("--holder", default="", help="turn: the replica asking")
+    node.add_argument("--ttl", type=_duration, default=0.0, help="turn: how long it lasts")
     node.add_argument("--json", action="store_true", help="one JSON line (always)")
 
     doctor = command("doctor", "check the host and the containers for known traps")
@@ -183,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     uninstall.add_argument("--purge", action="store_true", help="also config, state and group")
     uninstall.add_argument("--root", type=Path, help="remove from under this directory")
     return parser
+
+
+#: ``cluster/node.py``'s VERBS and ``restart/turn.py``'s ACTIONS, spelt out: importing those
+#: would bring ``dataclasses`` into every command (``status`` stays lean); a test compares them.
+NODE_VERBS = ["inspect", "pause", "resume", "stop", "drop", "start", "serving", "turn"]
+TURN_ACTIONS = ["take", "renew", "release", "read"]
 
 
 #: The exit status of a command whose reader quit (``| head -1``): a shell's 128 + SIGPIPE.

@@ -138,6 +138,42 @@ def test_shipped_config_is_valid_complete_and_says_the_defaults() -> None:
     uncommented = "\n".join(line.removeprefix("# ") for line in cluster.splitlines())
     example = tomllib.loads("[cluster]\n" + uncommented)
     assert cfg.parse({"llm": shipped["llm"], **example}).cluster is not None
+    # [replicas] likewise: every key shown, and its example valid
+    replicas = text.split("# [replicas]", 1)[1].split("# Several Sparks serving one engine")[0]
+    for key in [*cfg.ReplicasConfig.model_fields, *cfg.ReplicaNode.model_fields]:
+        assert f"# {key} = " in replicas or key == "nodes", key
+    uncommented = "\n".join(line.removeprefix("# ") for line in replicas.splitlines())
+    example = tomllib.loads("[replicas]\n" + uncommented)
+    assert cfg.parse({"llm": shipped["llm"], **example}).replicas is not None
+
+
+REPLICAS = {
+    "self": "spark2",
+    "nodes": [{"name": "spark1", "ssh": "root@spark1"}, {"name": "spark2", "ssh": "root@s2"}],
+}
+
+
+def test_replicas_name_this_spark_among_distinct_nodes_and_exclude_a_cluster() -> None:
+    config = cfg.parse({**MINIMAL, "replicas": REPLICAS}).replicas
+    assert config is not None and config.turn_ttl == cfg.TURN_TTL
+    assert config.first.name == "spark1" and [p.name for p in config.peers] == ["spark1"]
+    assert config.reached(config.me).ssh == "" and config.reached(config.first).ssh
+    bad = {
+        "self": "spark3",  # not in nodes
+        "nodes": [{"name": "spark1", "ssh": "a"}, {"name": "spark1", "ssh": "b"}],
+        "turn_ttl": "1m",  # shorter than three checks
+    }
+    for key, value in bad.items():
+        with pytest.raises(ConfigError, match="replicas"):
+            cfg.parse({**MINIMAL, "replicas": {**REPLICAS, key: value}})
+    with pytest.raises(ConfigError, match=r"\[cluster\] and \[replicas\]"):
+        cluster = {
+            "nodes": [
+                {"name": "a", "engine": ["a"]},
+                {"name": "b", "ssh": "root@b", "engine": ["a"]},
+            ]
+        }
+        cfg.parse({**MINIMAL, "cluster": cluster, "replicas": REPLICAS})
 
 
 def test_gateway_is_optional_checked_and_its_key_read_when_needed(

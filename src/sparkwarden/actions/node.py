@@ -25,6 +25,10 @@ def node(args: argparse.Namespace) -> int:
         args.wait,
         args.interval,
         args.engine_process,
+        args.action,
+        args.holder,
+        args.ttl,
+        args.config,
     )
     code, line = node_steps.answer_line(args.verb, params)
     print(line)

@@ -26,6 +26,6 @@ TITLES: Final[dict[Notice, str]] = {
     "reboot_required": "sparkwarden: memory leaks across restarts, reboot required",
     "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
-    "node_unreachable": "sparkwarden: a node of the cluster does not answer the head",
+    "node_unreachable": "sparkwarden: a cluster's node, or a replica's peer, does not answer",
     "would_restart": "sparkwarden (observe mode): would have restarted the LLM",
 }

@@ -17,12 +17,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from sparkwarden.base.errors import SparkwardenError
 from sparkwarden.cluster.node import Params, Verb, answer_line
-from sparkwarden.config.schema import ClusterConfig, ClusterNode
+from sparkwarden.config.schema import ClusterNode
 
 #: ssh's own exit code for "could not connect or authenticate".
 SSH_FAILED = 255
@@ -52,6 +53,28 @@ class NodeFailed(SparkwardenError):
         self.node, self.detail, self.answer = node, detail, dict(answer or {})
 
 
+class Reached(Protocol):
+    """A Spark reached over the link: a cluster's node, or a replica set's peer."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def ssh(self) -> str: ...
+    @property
+    def sparkwarden(self) -> str: ...
+
+
+class Reaching(Protocol):
+    """How the Sparks are reached: a ``[cluster]`` or a ``[replicas]``."""
+
+    @property
+    def nodes(self) -> Sequence[Reached]: ...
+    @property
+    def ssh_config(self) -> Path | None: ...
+    @property
+    def connect_timeout(self) -> float: ...
+
+
 class Link(Protocol):
     """One call of ``sparkwarden node VERB`` on a node (a fake in unit tests)."""
 
@@ -61,7 +84,7 @@ class Link(Protocol):
 
 
 def node_argv(
-    node: ClusterNode, cluster: ClusterConfig, verb: Verb, params: Params, control: str = ""
+    node: Reached, cluster: Reaching, verb: Verb, params: Params, control: str = ""
 ) -> list[str]:
     """The command line: the node's sparkwarden, wrapped in ssh unless it is this host.
     ``control``: a ControlPath, so one SSH connection per node serves a whole run."""
@@ -113,13 +136,13 @@ class SshLink:
     """The real link: ssh to each node (one shared connection per node for as long as the link
     lives), the head's own verbs in this process (the head's sparkwarden is this one)."""
 
-    def __init__(self, cluster: ClusterConfig) -> None:
+    def __init__(self, cluster: Reaching) -> None:
         self.cluster = cluster
         sweep(cluster)
         # private (0700), named for this process: what a killed one leaves can be told apart
         self._dir = tempfile.mkdtemp(prefix=f"{CONTROL_PREFIX}{os.getpid()}-")
 
-    def call(self, node: ClusterNode, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:
+    def call(self, node: Reached, verb: Verb, params: Params, timeout: float) -> dict[str, Any]:
         if not node.ssh:
             code, line = answer_line(verb, params)
             return interpret(node.name, code, line, "", via_ssh=False)
@@ -152,7 +175,7 @@ def control_path(folder: str) -> str:
     return os.path.join(folder, "%C")
 
 
-def end_masters(cluster: ClusterConfig, folder: str) -> None:
+def end_masters(cluster: Reaching, folder: str) -> None:
     """End the shared connections kept in ``folder`` (``ssh -O exit``), then the folder."""
     for node in cluster.nodes:
         if node.ssh:
@@ -169,7 +192,7 @@ def end_masters(cluster: ClusterConfig, folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(cluster: ClusterConfig) -> list[str]:
+def sweep(cluster: Reaching) -> list[str]:
     """The shared connections and folders a link killed with its process left (``kill -9`` of
     a ``cluster restart``: its masters linger for ControlPersist, its folder for good), ended
     by the next link made: a folder named for a process that is gone. Returns them."""

@@ -235,8 +235,17 @@ def start(docker: DockerEngine, engines: list[str]) -> dict[str, Any]:
     return {"started": started}
 
 
-Verb = Literal["inspect", "pause", "resume", "stop", "drop", "start"]
-VERBS: tuple[Verb, ...] = ("inspect", "pause", "resume", "stop", "drop", "start")
+Verb = Literal["inspect", "pause", "resume", "stop", "drop", "start", "serving", "turn"]
+VERBS: tuple[Verb, ...] = (
+    "inspect",
+    "pause",
+    "resume",
+    "stop",
+    "drop",
+    "start",
+    "serving",  # a replica's peer: whether its own engine serves (its own config)
+    "turn",  # a replica set's first node: the turn, in its journal (see restart/turn.py)
+)
 
 
 @dataclass(frozen=True)
@@ -251,6 +260,13 @@ class Params:
     interval: float = 5.0
     #: inspect: a running engine container counts only with a vLLM process in it (launcher)
     engine_process: bool = False
+    #: turn: take, renew, release or read; for whom; for how long (seconds, the first node's
+    #: clock decides when it is over)
+    action: str = ""
+    holder: str = ""
+    ttl: float = 0.0
+    #: serving, turn: this node's own config (not sent: a node reads its own default)
+    config: str | None = None
 
     def argv(self) -> list[str]:
         """As ``sparkwarden node VERB`` takes it."""
@@ -258,12 +274,18 @@ class Params:
         out += ["--engine-process"] if self.engine_process else []
         out += [arg for name in self.voice for arg in ("--voice", name)]
         out += ["--timeout", f"{self.timeout:g}", "--gate-gib", f"{self.gate_gib:g}"]
+        if self.action:
+            out += ["--action", self.action, "--holder", self.holder, "--ttl", f"{self.ttl:g}"]
         return [*out, "--wait", f"{self.wait:g}", "--interval", f"{self.interval:g}"]
 
 
 def perform(verb: Verb, params: Params) -> dict[str, Any]:
     """Run one verb on this host. ``drop`` needs no Docker: it neither imports nor opens a
     client (the Docker SDK takes about 0.2 s to import)."""
+    if verb in ("serving", "turn"):  # a replica's: read from this node's own config
+        from sparkwarden.cluster import replica_verbs
+
+        return replica_verbs.perform(verb, params.action, params.holder, params.ttl, params.config)
     host = Host()
     if verb == "drop":
         return drop(host, params.gate_gib, params.wait, params.interval)

@@ -380,6 +380,12 @@ class MetricsConfig(_Section):
         return listen
 
 
+def ssh_destination(target: str) -> str:
+    if target.startswith("-") or any(c.isspace() for c in target):
+        raise ValueError(f"{target!r} is not an ssh destination (user@host or a Host name)")
+    return target
+
+
 class ClusterNode(_Section):
     """One Spark of a cluster: how the head reaches its sparkwarden, and its engine there."""
 
@@ -395,9 +401,7 @@ class ClusterNode(_Section):
     @field_validator("ssh")
     @classmethod
     def _destination(cls, target: str) -> str:
-        if target.startswith("-") or any(c.isspace() for c in target):
-            raise ValueError(f"{target!r} is not an ssh destination (user@host or a Host name)")
-        return target
+        return ssh_destination(target)
 
 
 class ClusterConfig(_Section):
@@ -461,6 +465,76 @@ class ClusterConfig(_Section):
         return nodes
 
 
+class ReplicaNode(_Section):
+    """One Spark of a replica set: how the others reach its sparkwarden."""
+
+    name: ContainerName
+    #: an ssh destination (``user@host``, or a Host of ``ssh_config``); empty: this host
+    ssh: str = ""
+    #: the command that runs sparkwarden on that Spark
+    sparkwarden: str = Field(default="sparkwarden", min_length=1)
+
+    @field_validator("ssh")
+    @classmethod
+    def _destination(cls, target: str) -> str:
+        return ssh_destination(target)
+
+
+#: How long a turn lasts unless its holder renews it: a whole run's worst case on the defaults
+#: (stop 2m, drop until memory is back 3m, a cold boot's llm.health_timeout 20m, the chat probe
+#: 3m, the gateway 2m), so that a holder whose renewals cannot reach the first node (SSH down
+#: mid-run) still keeps its turn while it boots; a killed daemon's turn is free after it.
+TURN_TTL = 1800.0
+
+
+class ReplicasConfig(_Section):
+    """Several Sparks each serving its own copy of the model behind one gateway: planned
+    restarts take turns (a lease in the journal of the set's first node), never two at once."""
+
+    #: the replica set: the same list, in the same order, on every Spark
+    nodes: Annotated[list[ReplicaNode], Field(min_length=2)]
+    #: this Spark's name in ``nodes``
+    self: ContainerName
+    turn_ttl: PositiveDuration = TURN_TTL
+    #: how often the daemon looks at its peers (and renews a turn it holds)
+    check_interval: PositiveDuration = 30.0
+    #: an ssh_config file for ``ssh -F`` (default: the user's own)
+    ssh_config: Path | None = None
+    connect_timeout: PositiveDuration = 10.0
+
+    @model_validator(mode="after")
+    def _set(self) -> ReplicasConfig:
+        names = [n.name for n in self.nodes]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"node names listed more than once: {', '.join(twice)}")
+        if self.self not in names:
+            raise ValueError(f"self = {self.self!r} is not one of nodes ({', '.join(names)})")
+        if bare := [n.name for n in self.nodes if not n.ssh and n.name != self.self]:
+            raise ValueError(f"every node but this one ({self.self}) needs ssh: {', '.join(bare)}")
+        if self.turn_ttl < 3 * self.check_interval:
+            raise ValueError(
+                "turn_ttl must be at least 3 check_interval: a turn is renewed at each check"
+            )
+        return self
+
+    @property
+    def first(self) -> ReplicaNode:
+        """Where the turn is kept: the set's first node, the same on every Spark."""
+        return self.nodes[0]
+
+    @property
+    def me(self) -> ReplicaNode:
+        return next(n for n in self.nodes if n.name == self.self)
+
+    @property
+    def peers(self) -> list[ReplicaNode]:
+        return [n for n in self.nodes if n.name != self.self]
+
+    def reached(self, node: ReplicaNode) -> ReplicaNode:
+        """``node`` as this Spark reaches it: itself with no ssh (the turn kept in-process)."""
+        return node.model_copy(update={"ssh": ""}) if node.name == self.self else node
+
+
 class Config(_Section):
     llm: LlmConfig
     voice: VoiceConfig = VoiceConfig()
@@ -478,9 +552,15 @@ class Config(_Section):
     metrics: MetricsConfig = MetricsConfig()
     gateway: GatewayConfig | None = None
     cluster: ClusterConfig | None = None
+    replicas: ReplicasConfig | None = None
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:
+        if self.cluster is not None and self.replicas is not None:
+            raise ValueError(
+                "[cluster] and [replicas] cannot both be set: a cluster is one engine across "
+                "Sparks, replicas are one engine per Spark"
+            )
         both = sorted(set(self.llm.containers) & set(self.voice.containers))
         if both:
             raise ValueError(f"containers listed as both llm and voice: {', '.join(both)}")

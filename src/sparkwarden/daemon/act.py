@@ -22,6 +22,7 @@ from sparkwarden.daemon import plans
 from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
+from sparkwarden.daemon.replica_looks import ReplicaLooks
 from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
@@ -54,6 +55,8 @@ class Hands(ClusterHands):
         self.step: str | None = None
         self.boot = None
         self.gates: dict[str, str] | None = None
+        #: a replica's turn (the daemon sets it): given back when a run ends
+        self.turns: ReplicaLooks | None = None
 
     def carry_out(self, intents: list[do.Intent]) -> tuple[do.RunEnded | None, bool]:
         """Do each intent in order; returns a run's result, and whether the journal's facts
@@ -149,6 +152,8 @@ class Hands(ClusterHands):
         finally:
             self.run_lock.release()
             self.step = None
+            if self.turns is not None:
+                self.turns.release()  # a replica's planned restart ended: the next may go
             if call is not None:
                 call.done(outcome)
         assert outcome is not None  # sequence.restart records its own failures; it returns

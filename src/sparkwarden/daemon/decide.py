@@ -20,6 +20,7 @@ from apscheduler.triggers.base import BaseTrigger
 from sparkwarden.base.containers import ExitWatch
 from sparkwarden.base.cron import missed_run_due, next_fire
 from sparkwarden.cluster import watch as cluster_watch
+from sparkwarden.cluster.replicas import PeersLook
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.intents import (
     AdoptClusterStarts,
@@ -63,6 +64,11 @@ class Pending:
     drain: triggers.DrainState | None = None  # set while a planned restart drains
     #: the one container (ID) the restart may touch; None: the active one at the time
     target: str | None = None
+    #: a replica's planned restart: what among its peers it waits for (status says it), since
+    #: when, and whether an unreachable peer was notified
+    peers: str | None = None
+    peers_since: float | None = None
+    peers_told: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class Mind:
     left_at_risk: tuple[str, ...] = ()  # candidates whose restart policy ``leave`` keeps
     waiting: Waiting | None = None  # what the last reconcile found the LLM waiting for
     cluster: cluster_watch.Watch = field(default_factory=cluster_watch.Watch)  # a head's looks
+    peers: PeersLook | None = None  # a replica's last look at its peers and the turn
 
 
 Transition = tuple[Mind, list[Intent]]

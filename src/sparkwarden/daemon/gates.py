@@ -4,17 +4,19 @@ journal's facts and a clock.
 :mod:`sparkwarden.daemon.decide` turns a trigger into a :class:`~sparkwarden.daemon.decide.Pending`
 restart;
 :func:`gate` lets it through past the hold, a "gave up", a container stopped by hand, the
-freshness of the engine, the budget and its backoff, and (for a planned reason) a drain of the
-requests in flight. No I/O here.
+freshness of the engine, the budget and its backoff, and (for a planned reason) on a replica its
+peers serving and its turn (:mod:`sparkwarden.cluster.replicas`), then a drain of the requests
+in flight. No I/O here.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
 from sparkwarden.base.containers import ContainerState
+from sparkwarden.cluster import replicas
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind, Pending, Transition, on_scrape
@@ -23,6 +25,7 @@ from sparkwarden.daemon.kept import GaveUp
 from sparkwarden.daemon.observe import Recorded, Scrape
 from sparkwarden.evidence import triggers
 from sparkwarden.evidence.triggers import PLANNED
+from sparkwarden.restart.turn import Answer
 from sparkwarden.surfaces.status_text import local_time
 
 
@@ -143,6 +146,93 @@ def wants_drain_sample(
     return _admit(mind, facts, active, t, cfg)[2] == "go"
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A replica's turn as the hands know it this pass: whether it holds it (taken, and not
+    lost at a renewal), and the first node's answer if it asked for it just now."""
+
+    holding: bool = False
+    asked: Answer | None = None
+
+
+def stale_after(cfg: Config) -> float:
+    """A look at the peers older than this is no evidence that they serve."""
+    assert cfg.replicas is not None
+    return 3 * cfg.replicas.check_interval + 60
+
+
+def peers_wait(mind: Mind, t: float, cfg: Config, turn: Turn) -> str | None:
+    """What a replica's planned restart still waits for among its peers, or None. In observe
+    mode it waits for its peers to serve (as it would in act mode) but takes no turn."""
+    pending = mind.pending
+    if cfg.replicas is None or pending is None or pending.reason not in PLANNED:
+        return None
+    if turn.holding:  # kept until the run ends; a peer that went down meanwhile is waited for
+        return replicas.peer_waits(mind.peers, t, stale_after(cfg))
+    why = replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg))
+    if cfg.watch.mode == "observe":
+        return why if why is not None and not why.startswith(replicas.TURN_WAITS) else None
+    if why is not None:
+        return why
+    if turn.asked is None:
+        return "the turn (not asked yet)"
+    if not turn.asked.granted:
+        return f"the turn: {turn.asked.why}"
+    return None
+
+
+def wants_turn(
+    mind: Mind, facts: Recorded, active: ContainerState | None, t: float, cfg: Config, held: bool
+) -> bool:
+    """A replica's planned restart past every gate before the drain, with every peer serving
+    and the turn free as last read: ask the first node for it now."""
+    pending = mind.pending
+    if cfg.replicas is None or cfg.watch.mode == "observe" or held or pending is None:
+        return False
+    if pending.reason not in PLANNED or _admit(mind, facts, active, t, cfg)[2] != "go":
+        return False
+    return replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg)) is None
+
+
+#: How long a planned restart waits on an unreachable peer before it is notified: a look or two
+#: lost is a blip, this long is a Spark down or cut off (the restart keeps waiting after it).
+PEER_NOTICE = 600.0
+
+
+def _waiting_for_peers(mind: Mind, waits: str, t: float) -> Transition:
+    """The planned restart waits among its peers: said when what it waits for changes, and an
+    unreachable peer notified once, past :data:`PEER_NOTICE` of waiting."""
+    pending = mind.pending
+    assert pending is not None
+    intents: list[Intent] = []
+    if waits != pending.peers:
+        said = {"reason": pending.reason, "for": waits}
+        intents.append(Say("info", "restart_waits_for_peers", said))
+    since = pending.peers_since if pending.peers_since is not None else t
+    told = pending.peers_told
+    gone = replicas.unreachable(mind.peers)
+    if gone and not told and t - since >= PEER_NOTICE:
+        told = True
+        for name in gone:
+            summary = f"planned {pending.reason} restart waits: peer {name} unreachable ({waits})"
+            intents.append(Notify("node_unreachable", name, summary))
+    waiting = replace(pending, peers=waits, peers_since=since, peers_told=told)
+    return replace(mind, pending=waiting), intents
+
+
+def typed_why(by: str, mind: Mind, cfg: Config) -> tuple[str, list[str]]:
+    """An operator's typed restart goes at once; on a replica its ``why`` names each peer last
+    seen not serving (and the peers, for the log)."""
+    why = f"requested by {by}"
+    out = replicas.peers_out(mind.peers) if cfg.replicas is not None else []
+    return (f"{why}; peer out: {'; '.join(out)}" if out else why), out
+
+
+def on_peers(mind: Mind, look: replicas.PeersLook) -> Transition:
+    """A replica's look at its peers and the turn, kept for the gate and status."""
+    return replace(mind, peers=look), []
+
+
 def gate(
     mind: Mind,
     facts: Recorded,
@@ -150,8 +240,9 @@ def gate(
     sample: Scrape | None,
     t: float,
     cfg: Config,
+    turn: Turn | None = None,
 ) -> Transition:
-    """Let the pending restart through, drop it, or keep it waiting (backoff, drain)."""
+    """Let the pending restart through, drop it, or keep it waiting (backoff, peers, drain)."""
     mind, intents, verdict = _admit(mind, facts, active, t, cfg)
     if verdict != "go":
         return mind, intents
@@ -164,6 +255,19 @@ def gate(
         ("budget", f"{spent.used} of {spent.limit} automatic runs used before it"),
         ("drain", f"none: {pending.reason} is not planned, it goes at once"),
     ]
+    if cfg.replicas is not None and pending.reason in PLANNED:
+        turn = turn or Turn()
+        waits = peers_wait(mind, t, cfg, turn)
+        if waits is not None:
+            mind, more = _waiting_for_peers(mind, waits, t)
+            return mind, [*intents, *more]
+        if pending.peers is not None or turn.asked is not None:
+            said = {"reason": pending.reason, "turn": "taken" if turn.asked else "not taken"}
+            intents.append(Say("info", "peers_serving", said))
+        pending = replace(pending, peers=None, peers_since=None, peers_told=False)
+        mind = replace(mind, pending=pending)
+        taken = "taken" if turn.holding or turn.asked else "none taken (watch.mode = observe)"
+        passed.insert(2, ("peers", f"every peer serving; the turn: {taken}"))
     if pending.reason in PLANNED:
         drain = pending.drain
         if sample is not None and sample.engine is not None and sample.engine.sleeping:

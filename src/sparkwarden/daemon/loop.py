@@ -31,6 +31,7 @@ from sparkwarden.adapters.systemd import SdNotify, Watchdog
 from sparkwarden.base import logs
 from sparkwarden.base.cron import crontab_trigger
 from sparkwarden.base.errors import LockBusy, SparkwardenError
+from sparkwarden.cluster.replicas import PeersLook
 from sparkwarden.cluster.watch import Look
 from sparkwarden.config import schema as config_mod
 from sparkwarden.config.locate import resolve_path
@@ -43,6 +44,7 @@ from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
 from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.kept import Identity, Kept
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
+from sparkwarden.daemon.replica_looks import ReplicaLooks
 from sparkwarden.evidence import triggers
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts
@@ -103,6 +105,11 @@ class Daemon:
             if config.cluster is not None
             else None
         )
+        #: a replica looks at its peers and the turn (SSH) off the loop; None otherwise
+        self.replica_looks = (
+            ReplicaLooks(config, self.queue.put) if config.replicas is not None else None
+        )
+        self.hands.turns = self.replica_looks
         self.stopping = False
         #: what transitions led to, taken in order once each is done (``_drain``)
         self.follow: collections.deque[Callable[[], None]] = collections.deque()
@@ -163,6 +170,8 @@ class Daemon:
         self.events.start()
         if self.cluster_looks is not None:
             self.cluster_looks.start()
+        if self.replica_looks is not None:
+            self.replica_looks.start()
         self.control.start()
         self.webhooks.start()
         if self.config.metrics.listen:
@@ -177,6 +186,8 @@ class Daemon:
         self.events.stop()
         if self.cluster_looks is not None:
             self.cluster_looks.stop()
+        if self.replica_looks is not None:
+            self.replica_looks.stop()  # and the turn given back, if held
         self._mark_events_seen()
         self.control.stop()
         self.webhooks.stop()
@@ -292,6 +303,8 @@ class Daemon:
             self._manual(item)
         elif isinstance(item, Look):
             self._decide(decide.on_cluster(self.mind, item, self.config))
+        elif isinstance(item, PeersLook):
+            self._decide(gates.on_peers(self.mind, item))
 
     def _tick(self, t: float) -> None:
         """Docker and memory first, acted on at once (a memory floor pauses voice now), then the
@@ -326,7 +339,25 @@ class Daemon:
             if gates.wants_drain_sample(mind, facts, active, t, cfg)
             else None
         )
-        self._decide(gates.gate(mind, facts, active, sample, t, cfg))
+        self._decide(gates.gate(mind, facts, active, sample, t, cfg, self._turn(t)))
+        turns, pending = self.replica_looks, self.mind.pending
+        planned = pending is not None and pending.reason in triggers.PLANNED
+        if turns is not None and turns.holding and self.hands.step is None and not planned:
+            turns.release()  # its planned restart ran, or was dropped or replaced
+
+    def _turn(self, t: float) -> gates.Turn | None:
+        """A replica's turn for the gate: held, or asked for now when the gate would take it
+        (the first node's answer over SSH: the watchdog is told it may take that long)."""
+        turns = self.replica_looks
+        if turns is None:
+            return None
+        mind, facts, active = self.mind, self.facts, self.seen.active if self.seen else None
+        if not gates.wants_turn(mind, facts, active, t, self.config, turns.holding):
+            return gates.Turn(turns.holding)
+        if turns.refused is not None and (mind.peers is None or mind.peers.at <= turns.refused[0]):
+            return gates.Turn(False, turns.refused[1])  # refused since the last look: not again
+        self.watchdog.beat(turns.link.timeout + MARGIN)
+        return gates.Turn(turns.holding, turns.take())
 
     def _manual(self, call: ManualCall) -> None:
         if not call.claim():
@@ -338,7 +369,10 @@ class Daemon:
                 + (f" (run #{last[0].id}, {last[0].reason})" if last else "")
             )
             return
-        ended = self.hands.sequence(call.reason, f"requested by {call.by}", call=call)
+        why, out = gates.typed_why(call.by, self.mind, self.config)
+        if out:  # an operator's restart goes at once, but says which replica is out meanwhile
+            log.warning("restart_while_peer_out", peers=out)
+        ended = self.hands.sequence(call.reason, why, call=call)
         if ended is not None:
             self.follow.append(functools.partial(self._after_run, ended))
             self._drain()

@@ -200,7 +200,23 @@ def build(
         engine=engine_view(observer.release, observer.last_scrape.engine),
         cluster_watch=_cluster_watch(mind),
         observed=facts.last_observed if cfg.watch.mode == "observe" else None,
+        replicas=_replicas(mind, cfg),
     )
+
+
+def _replicas(mind: Mind, cfg: Config) -> dict[str, Any] | None:
+    """A replica's peers and the turn, as last looked at, and what a planned restart waits for."""
+    if cfg.replicas is None:
+        return None
+    look, pending = mind.peers, mind.pending
+    return {
+        "self": cfg.replicas.self,
+        "waits_for": pending.peers if pending is not None else None,
+        "at": datetime.fromtimestamp(look.at, UTC).isoformat(timespec="seconds") if look else None,
+        "peers": [p.to_json() for p in look.peers] if look else [],
+        "turn": look.turn.to_json() if look and look.turn else None,
+        "turn_error": look.turn_error if look else "",
+    }
 
 
 def _cluster_watch(mind: Mind) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack, cast
 
 from sparkwarden.base.errors import MEMBERS_ONLY, SparkwardenError
+from sparkwarden.restart.turn import Action, Answer, Lease, settle
 
 RunResult = Literal["ok", "failed", "interrupted", "running", "dry-run", "observed"]
 # Runs that touched nothing ("dry-run", "observed") spend no budget, give no memory figures
@@ -86,6 +87,12 @@ CREATE INDEX IF NOT EXISTS steps_by_run ON steps(run_id);
 CREATE TABLE IF NOT EXISTS kv (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turn (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    holder TEXT NOT NULL,
+    taken_at REAL NOT NULL,
+    expires_at REAL NOT NULL
 );
 """
 
@@ -344,6 +351,25 @@ class Journal:
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
             )
+
+    def turn(self, action: Action, holder: str, ttl: float) -> Answer:
+        """A replica set's turn, kept here on its first node (one row): read, checked and set
+        in one ``BEGIN IMMEDIATE`` transaction, so of two asking at once one waits for the
+        other's answer to be written; expiry by this journal's clock alone."""
+        with self._tx() as db:
+            row = db.execute("SELECT holder, taken_at, expires_at FROM turn").fetchone()
+            lease = None if row is None else Lease(row[0], float(row[1]), float(row[2]))
+            new, answer = settle(lease, action, holder, ttl, self._clock())
+            if new is None:
+                db.execute("DELETE FROM turn WHERE id = 1")
+            elif new != lease:
+                db.execute(
+                    "INSERT INTO turn (id, holder, taken_at, expires_at) VALUES (1, ?, ?, ?)"
+                    " ON CONFLICT(id) DO UPDATE SET holder = excluded.holder,"
+                    " taken_at = excluded.taken_at, expires_at = excluded.expires_at",
+                    (new.holder, new.taken_at, new.expires_at),
+                )
+        return answer
 
     def delete(self, key: str) -> None:
         with self._tx() as db:

@@ -152,6 +152,9 @@ class Snapshot:
     cluster_watch: dict[str, Any] | None = None
     #: observe mode: the newest restart it would have made (``history --json``'s record)
     observed: dict[str, Any] | None = None
+    #: a replica: what its planned restart waits for among its peers, and its last look at
+    #: them and the turn (self, waits_for, at, peers, turn, turn_error)
+    replicas: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``status --json`` contract (README lists its fields)."""

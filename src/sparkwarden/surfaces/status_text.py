@@ -160,6 +160,7 @@ def format_text(s: dict[str, Any]) -> str:
         return fit_all([inert(line) for line in known], WIDTH, INDENT)
     if daemon.get("drain"):
         lines.append(f"drain:       {daemon['drain']}")
+    lines += replica_lines(s.get("replicas"))
     if s.get("reboot_required"):
         trend = s.get("memory_trend") or {}
         after = " -> ".join(f"{g:.1f}" for g in trend.get("available_after_drop_gib", []))
@@ -242,6 +243,30 @@ def format_text(s: dict[str, Any]) -> str:
         lines.append(f"{INDENT}why it ran, and how: 'sparkwarden why {last['id']}'")
     lines += _cluster_lines(s.get("cluster"))
     return fit_all([inert(line) for line in lines], WIDTH, INDENT)  # escaped, then wrapped
+
+
+def replica_lines(replicas: dict[str, Any] | None) -> list[str]:
+    """A replica: what its planned restart waits for, each peer, and whose turn it is."""
+    if not replicas:
+        return []
+    lines = []
+    if replicas.get("waits_for"):
+        lines.append(f"planned:     waits for {replicas['waits_for']}")
+    if not replicas.get("at"):
+        return [*lines, "peers:       not looked at yet"]
+    for peer in replicas.get("peers") or []:
+        said = "serving" if peer.get("serving") else "NOT SERVING"
+        lines.append(f"peer:        {peer.get('name')} {said}: {peer.get('why') or '-'}")
+    turn = replicas.get("turn")
+    if turn is None:
+        lines.append(f"turn:        unread: {replicas.get('turn_error') or 'no answer'}")
+    elif turn.get("holder"):
+        lines.append(
+            f"turn:        {turn['holder']}'s, expires in {duration(turn.get('expires_in') or 0)}"
+        )
+    else:
+        lines.append("turn:        free")
+    return lines
 
 
 #: Wide enough for any terminal; continuation lines start under the values.

@@ -33,17 +33,20 @@ def test_a_planned_restart_waits_for_an_unreachable_peer_and_status_names_it(
     config = make_daemon_config([llm], port, [], watch={"max_uptime": "5s"}, replicas=replicas)
     daemon = DaemonProcess(config, tmp_path / "daemon.log").start()
     try:
-        status = wait_for(
-            "the uptime restart to wait for the peer",
-            lambda: (
-                (s := daemon.status())["daemon"]["pending"] == "uptime"
-                and (s["replicas"] or {}).get("waits_for")
-                and s
-            ),
-            timeout=60,
-        )
-        waits = status["replicas"]["waits_for"]
-        assert waits.startswith("peer spark1 unreachable"), status["replicas"]
+        # before the first look at the peers it waits for that look; then for the peer
+        seen: list[str] = []
+
+        def waiting_for_the_peer() -> dict[str, Any] | None:
+            s = daemon.status()
+            waits = str((s["replicas"] or {}).get("waits_for") or "")
+            if s["daemon"]["pending"] == "uptime" and waits:
+                seen.append(waits)
+            return s if waits.startswith("peer spark1 unreachable") else None
+
+        status = wait_for("the uptime restart to wait for the peer", waiting_for_the_peer, 60)
+        assert status["daemon"]["pending"] == "uptime", status["daemon"]
+        said = ("a first look at the peers", "peer spark1 unreachable")
+        assert all(w.startswith(said) for w in seen), seen  # it never went, nor waited for else
         [peer] = status["replicas"]["peers"]
         assert peer["name"] == "spark1" and not peer["reachable"], peer
         later = daemon.after_looks(10)

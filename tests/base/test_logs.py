@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkwarden.base import logs
+from sparkwarden.base import logs, streams
 
 
 def lines_logged(tmp_path: Path, journal_stream: str | None) -> list[str]:
@@ -60,6 +60,6 @@ def test_a_log_line_that_cannot_be_written_is_dropped_not_raised() -> None:
 def test_a_file_is_never_replaced(tmp_path: Path) -> None:
     """An operator's ``> restart.log``: kept, whatever failed."""
     with (tmp_path / "restart.log").open("w") as kept:
-        logs.to_nowhere(kept.fileno())
+        streams.to_nowhere(kept.fileno())
         print("kept", file=kept, flush=True)
     assert (tmp_path / "restart.log").read_text() == "kept\n"

@@ -17,8 +17,9 @@ from devtools.standin.stage import Stage, wait_healthy
 from sparkwarden.base import faults
 from sparkwarden.config import schema as cfg
 from sparkwarden.restart import sequence
+from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Parts, StepEvent
+from sparkwarden.restart.parts import Parts
 from sparkwarden.restart.step_names import STEPS
 from tests.kits.commands import history, run_cli, start_cli
 from tests.kits.daemonkit import wait_for

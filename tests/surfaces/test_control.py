@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from sparkwarden import cli
-from sparkwarden.surfaces import control, control_schema
+from sparkwarden.surfaces import control, control_schema, reasons
 from sparkwarden.surfaces import status_text as status_mod
 from sparkwarden.surfaces.control import Admission, ControlServer, Peer
 from tests.kits.commands import ROOT
@@ -46,8 +46,8 @@ def test_a_socket_restart_is_always_manual_and_reasons_are_inert(verb: str) -> N
         control_schema.parse_request({"cmd": verb, "reason": "manual", "container": "x"})
     assert control_schema.parse_request({"cmd": verb, "reason": "manual:fix-1"}).reason
     assert control_schema.parse_request({"cmd": verb}).reason == "manual"
-    assert control_schema.manual_reason("crash") == "manual:crash"
-    assert control_schema.manual_reason("manual:x") == "manual:x"
+    assert reasons.manual_reason("crash") == "manual:crash"
+    assert reasons.manual_reason("manual:x") == "manual:x"
     for reason in ("\x1b]0;pwned\x07", "ok\r\nGAVE UP: forged", "\x9b2J"):
         with pytest.raises(ValidationError):
             control_schema.parse_request({"cmd": "hold", "seconds": 60, "reason": reason})

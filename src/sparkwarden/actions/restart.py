@@ -20,8 +20,9 @@ from sparkwarden.config.schema import Config
 from sparkwarden.config.secrets import require_secrets
 from sparkwarden.daemon.plans import host_plan
 from sparkwarden.restart import sequence
+from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Parts, StepEvent
+from sparkwarden.restart.parts import Parts
 from sparkwarden.surfaces import control
 from sparkwarden.surfaces.reasons import manual_reason
 

@@ -17,10 +17,10 @@ from typing import Any, TextIO, cast
 import structlog
 
 # Streams that outlive their reader live in base.streams (a quick command prints through them
-# without structlog); named here too, where they were first.
-from sparkwarden.base.streams import GONE, Sturdy, to_nowhere
+# without structlog).
+from sparkwarden.base.streams import Sturdy
 
-__all__ = ["GONE", "PRIORITY", "Sturdy", "get", "setup", "to_journal", "to_nowhere"]
+__all__ = ["PRIORITY", "get", "setup", "to_journal"]
 
 #: structlog's level names as syslog priorities (RFC 5424), what journald files a line under.
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}

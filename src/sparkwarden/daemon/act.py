@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
-from sparkwarden.base.containers import ContainerState
+from sparkwarden.base.containers import ContainerState, voice_to_quiet
 from sparkwarden.base.errors import HandedOver, LockBusy, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
@@ -27,7 +27,6 @@ from sparkwarden.restart import docker_policy, sequence
 from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, Resume
-from sparkwarden.restart.steps import voice_to_quiet
 from sparkwarden.surfaces.webhooks import Webhooks
 
 log = logs.get("sparkwarden.daemon")

@@ -19,9 +19,10 @@ from sparkwarden.config.schema import Config
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
+from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
-from sparkwarden.restart.parts import Outcome, Parts, StepEvent, StepObserver
+from sparkwarden.restart.parts import Outcome, Parts, StepObserver
 
 log = logs.get("sparkwarden.daemon")
 

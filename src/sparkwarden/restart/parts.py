@@ -12,7 +12,7 @@ from sparkwarden.adapters.docker_engine import DockerEngine
 from sparkwarden.adapters.host import Host
 from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
-from sparkwarden.restart.events import StepEvent as StepEvent
+from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.journal import Journal, Plan
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.keyguard import KeyGuard, docker_engines

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from sparkwarden.base import logs
 from sparkwarden.base.errors import RECORDED, HandedOver, SparkwardenError, StepFailed, scrub
+from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.journal import Journal, StepResult
-from sparkwarden.restart.parts import StepEvent, StepObserver
+from sparkwarden.restart.parts import StepObserver
 
 log = logs.get("sparkwarden.sequence")
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
 from sparkwarden.base import logs
-from sparkwarden.base.containers import choose_active
+from sparkwarden.base.containers import choose_active, voice_to_quiet
 from sparkwarden.base.errors import HandedOver, SparkwardenError
 from sparkwarden.base.version import version
 from sparkwarden.config.schema import Config
@@ -49,7 +49,7 @@ from sparkwarden.restart.host_run import HostRun
 from sparkwarden.restart.journal import Journal, Plan
 from sparkwarden.restart.parts import Outcome, Parts, Resume, StepObserver
 from sparkwarden.restart.recorder import UNRECORDABLE, Done, Recorder, Step, failure
-from sparkwarden.restart.steps import engine_grace, name_list, stop_timeout, voice_to_quiet
+from sparkwarden.restart.steps import engine_grace, name_list, stop_timeout
 
 log = logs.get("sparkwarden.sequence")
 

@@ -11,8 +11,7 @@ import time
 from typing import Any
 
 from sparkwarden.base import logs
-from sparkwarden.base.containers import ContainerState, choose_active, command_line
-from sparkwarden.base.containers import voice_to_quiet as voice_to_quiet  # its old home
+from sparkwarden.base.containers import ContainerState, choose_active, command_line, voice_to_quiet
 from sparkwarden.base.errors import NoSuchContainer, StepFailed
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.memory_gate import drop_until
@@ -98,8 +97,7 @@ class VoiceSteps(RunState):
 
     def pause_voice(self) -> Done:
         docker, voice, resume = self.parts.docker, self.config.voice, self.resume
-        if resume:
-            self.paused = list(resume.voice_paused)
+        if resume:  # its list was adopted when the run was made (``self.paused``)
             self.parts.journal.remember(self.id, voice_paused=self.paused, voice_mode=voice.mode)
             return Done(
                 f"adopted from the interrupted run: {name_list(self.paused)}",

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sparkwarden.base.errors import SparkwardenError
 
 # The CLI builds a request's reason with no pydantic imported (``restart`` starts quickly).
-from sparkwarden.surfaces.reasons import manual_reason as manual_reason
 
 #: No C0/C1 control characters: a reason or a note is printed on root's terminal.
 INERT = r"^[^\x00-\x1f\x7f-\x9f]*$"

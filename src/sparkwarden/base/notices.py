@@ -14,6 +14,7 @@ Notice = Literal[
     "policy_taken_over",
     "gateway_failed",
     "node_unreachable",
+    "out_of_rotation",
     "would_restart",
 ]
 EVENTS: Final[tuple[Notice, ...]] = get_args(Notice)
@@ -27,5 +28,6 @@ TITLES: Final[dict[Notice, str]] = {
     "policy_taken_over": "sparkwarden: took the LLM back from Docker's restart policy",
     "gateway_failed": "sparkwarden: the engine answers, the users' gateway does not",
     "node_unreachable": "sparkwarden: a cluster's node, or a replica's peer, does not answer",
+    "out_of_rotation": "sparkwarden: a replica stays out of the gateway's rotation",
     "would_restart": "sparkwarden (observe mode): would have restarted the LLM",
 }

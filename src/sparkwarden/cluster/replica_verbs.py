@@ -37,8 +37,10 @@ def turn_here(config: Config, action: Action, holder: str, ttl: float) -> Answer
 
 
 def serving_here(config: Config) -> dict[str, Any]:
-    """Whether this Spark's own engine serves: one candidate up, /health 200, no run going."""
+    """Whether this Spark's own engine serves: one candidate up, /health 200, no run going, in
+    the gateway's rotation."""
     from sparkwarden.adapters.docker_engine import DockerEngine
+    from sparkwarden.restart import rotation
     from sparkwarden.restart.lock import RunLock
     from sparkwarden.vllm.client import VllmClient
 
@@ -61,5 +63,6 @@ def serving_here(config: Config) -> dict[str, Any]:
         finally:
             vllm.close()
     run = RunLock(config.state.dir).held_by_other()
-    serving, why = serving_of(up, health, run)
+    out = rotation.read(config.rotation.flag) if config.rotation else None
+    serving, why = serving_of(up, health, run, out.why if out else None)
     return {"serving": serving, "why": why}

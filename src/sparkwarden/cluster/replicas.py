@@ -43,11 +43,16 @@ class PeersLook:
     turn_error: str = ""
 
 
-def serving_of(up: list[str], health: str, run: str | None) -> tuple[bool, str]:
-    """Whether a Spark's own engine serves: one LLM candidate up, ``/health`` 200, and no run
-    of its own going (``run``: who holds its run lock)."""
+def serving_of(
+    up: list[str], health: str, run: str | None, out: str | None = None
+) -> tuple[bool, str]:
+    """Whether a Spark's own engine serves its users: one LLM candidate up, ``/health`` 200, no
+    run of its own going (``run``: who holds its run lock), and in the gateway's rotation
+    (``out``: why it is not)."""
     if run:
         return False, f"restarting ({run})"
+    if out is not None:
+        return False, f"out of the gateway's rotation: {out}"
     if not up:
         return False, "no LLM container up"
     if len(up) > 1:

@@ -251,6 +251,9 @@ class ClusterRun:
         facts["cluster_voice"] = self.paused
         return facts
 
+    def leaving(self) -> list[Step]:
+        return []  # a cluster is one engine: no peer to send its users to
+
     def restarts(self) -> bool:
         if self.prove is not None:
             self.skip_why = f"not taken: {self.prove.why}"

@@ -480,6 +480,34 @@ class ReplicaNode(_Section):
         return ssh_destination(target)
 
 
+#: Where the daemon writes the rotation flag: its runtime directory (world-readable, so Nginx's
+#: workers see it), kept across a restart of sparkwarden (RuntimeDirectoryPreserve=restart).
+ROTATION_FLAG = Path("/run/sparkwarden/out-of-rotation")
+
+
+class RotationConfig(_Section):
+    """How this Spark leaves the gateway's rotation before a restart and rejoins it after: a flag
+    file its Nginx reads (``if (-f FLAG) { return 503; }``), so LiteLLM's router sends new
+    requests to a peer while the requests in flight finish."""
+
+    #: the file whose presence makes this Spark's Nginx answer 503
+    flag: Path = ROTATION_FLAG
+    #: this Spark's own gateway path (its Nginx) as an OpenAI base URL: proven before it rejoins
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _base(cls, url: str) -> str:
+        return _http_url(url).removesuffix("/v1")
+
+    @field_validator("flag")
+    @classmethod
+    def _absolute(cls, flag: Path) -> Path:
+        if not flag.is_absolute():
+            raise ValueError(f"flag must be an absolute path, not {str(flag)!r}")
+        return flag
+
+
 #: How long a turn lasts unless its holder renews it: a whole run's worst case on the defaults
 #: (stop 2m, drop until memory is back 3m, a cold boot's llm.health_timeout 20m, the chat probe
 #: 3m, the gateway 2m), so that a holder whose renewals cannot reach the first node (SSH down
@@ -501,6 +529,8 @@ class ReplicasConfig(_Section):
     #: an ssh_config file for ``ssh -F`` (default: the user's own)
     ssh_config: Path | None = None
     connect_timeout: PositiveDuration = 10.0
+    #: out of the gateway's rotation for every run, back once it serves (None: always in)
+    rotation: RotationConfig | None = None
 
     @model_validator(mode="after")
     def _set(self) -> ReplicasConfig:
@@ -553,6 +583,11 @@ class Config(_Section):
     gateway: GatewayConfig | None = None
     cluster: ClusterConfig | None = None
     replicas: ReplicasConfig | None = None
+
+    @property
+    def rotation(self) -> RotationConfig | None:
+        """A replica's gateway rotation, when it leaves it for its runs."""
+        return self.replicas.rotation if self.replicas is not None else None
 
     @model_validator(mode="after")
     def _disjoint(self) -> Config:

@@ -23,7 +23,7 @@ from sparkwarden.daemon.cluster_hands import ClusterHands
 from sparkwarden.daemon.handlers import ManualCall
 from sparkwarden.daemon.kept import Kept
 from sparkwarden.daemon.replica_looks import ReplicaLooks
-from sparkwarden.restart import docker_policy, sequence
+from sparkwarden.restart import docker_policy, rotation, sequence
 from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, Resume
@@ -111,7 +111,41 @@ class Hands(ClusterHands):
                     wrote = True
                 case do.TakeCanary():
                     pass  # a read, not an act: the daemon hands it to the observer
+                case do.LeaveRotation(why):
+                    self._leave_rotation(why)
+                case do.RejoinRotation(why):
+                    self._rejoin_rotation(why)
         return ended, wrote
+
+    def _leave_rotation(self, why: str) -> None:
+        """Out of the gateway's rotation (the flag its Nginx reads), unless out already."""
+        flag = self.config.rotation.flag if self.config.rotation else None
+        if flag is None or rotation.read(flag) is not None:
+            return
+        try:
+            rotation.take_out(flag, why)
+        except OSError as exc:  # users still reach it: the drain's empty answers may show
+            log.error("leave_rotation_failed", flag=str(flag), error=str(exc))
+            return
+        log.info("left_rotation", flag=str(flag), why=why)
+
+    def _rejoin_rotation(self, why: str) -> None:
+        """Back in rotation once the replica's own gateway path answers a chat; else still
+        out, tried again at the next health check."""
+        cfg, client = self.config, self.parts.own_path
+        if cfg.rotation is None or client is None:
+            return
+        model = cfg.llm.model or self.parts.vllm.served_model() or ""
+        outcome = client.chat(model, timeout=cfg.llm.probe_timeout)
+        if not outcome.ok:
+            log.warning("rejoin_refused", url=cfg.rotation.url, why=why, last=outcome.detail)
+            return
+        try:
+            rotation.put_back(cfg.rotation.flag)
+        except OSError as exc:
+            log.error("rejoin_failed", flag=str(cfg.rotation.flag), error=str(exc))
+            return
+        log.info("rejoined_rotation", url=cfg.rotation.url, why=why)
 
     def sequence(
         self,

@@ -20,7 +20,16 @@ from sparkwarden.cluster import replicas
 from sparkwarden.cluster import watch as cluster_watch
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind, Pending, Transition, on_scrape
-from sparkwarden.daemon.intents import ExpireHold, GiveUp, Intent, Notify, Observe, Restart, Say
+from sparkwarden.daemon.intents import (
+    ExpireHold,
+    GiveUp,
+    Intent,
+    LeaveRotation,
+    Notify,
+    Observe,
+    Restart,
+    Say,
+)
 from sparkwarden.daemon.kept import GaveUp
 from sparkwarden.daemon.observe import Recorded, Scrape
 from sparkwarden.evidence import triggers
@@ -280,6 +289,8 @@ def gate(
         if drain is None or drain.note == ASLEEP:
             drain = triggers.DrainState(started=t)
             intents.append(Say("info", "draining", {"reason": pending.reason}))
+            if cfg.rotation is not None and cfg.watch.mode != "observe":
+                intents.append(LeaveRotation(f"planned {pending.reason} restart: draining"))
         if sample is not None:
             mind, more = on_scrape(mind, sample, t, cfg)
             intents += more

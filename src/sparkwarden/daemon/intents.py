@@ -158,6 +158,22 @@ class TakeOverPolicy:
 
 
 @dataclass(frozen=True)
+class LeaveRotation:
+    """A replica's planned restart begins its drain: out of the gateway's rotation first, so
+    new requests go to a peer while the ones in flight finish."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class RejoinRotation:
+    """Out of rotation for a drain whose restart no longer comes, and serving: prove the
+    replica's own gateway path, then back in."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class EventsSeen:
     """Docker events up to ``until`` were handled: a new daemon replays from there."""
 
@@ -183,6 +199,8 @@ Intent = (
     | KeepRetry
     | SpareFirstSight
     | Observe
+    | LeaveRotation
+    | RejoinRotation
 )
 
 

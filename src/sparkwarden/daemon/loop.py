@@ -37,7 +37,7 @@ from sparkwarden.config import schema as config_mod
 from sparkwarden.config.locate import resolve_path
 from sparkwarden.config.schema import Config
 from sparkwarden.config.secrets import require_secrets
-from sparkwarden.daemon import decide, gates, publish, reconcile
+from sparkwarden.daemon import decide, gates, publish, reconcile, rotation
 from sparkwarden.daemon.act import Hands
 from sparkwarden.daemon.cluster_looks import ClusterLooks
 from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
@@ -325,6 +325,8 @@ class Daemon:
             self.seen, eager, health.suspect is not None, health.stuck_gauge is not None
         )
         self._decide(decide.on_engine(self.mind, self.seen, self.config))
+        run_going = bool(self.hands.step is not None or self.hands.run_lock.held_by_other())
+        self._decide(rotation.on_rotation(self.mind, self.seen, self.config, run_going))
 
     def _gate(self, t: float) -> None:
         """A pending restart through its gates, on the journal as it is now (an operator's hold

@@ -30,6 +30,7 @@ from sparkwarden.daemon.kept import (
 from sparkwarden.evidence import canary_reading
 from sparkwarden.evidence.canary_reading import Round
 from sparkwarden.evidence.triggers import PastRun
+from sparkwarden.restart import rotation as rotation_flag
 from sparkwarden.restart.parts import Parts
 from sparkwarden.vllm import doctor_rules, metrics
 from sparkwarden.vllm.client import ChatOutcome, Health
@@ -72,6 +73,8 @@ class Observation:
     #: why the active engine takes the memory free at its start (vLLM 0.34's defaults), as read
     #: at this start of it; "" when it does not, or is not known yet
     fills_memory: str = ""
+    #: a replica out of the gateway's rotation: its flag as read now (None: in, or no rotation)
+    rotation: rotation_flag.Out | None = None
 
     @property
     def running(self) -> bool:
@@ -148,6 +151,8 @@ class Observer:
         self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
+        #: /health's last answer ("up", "loading", "dead"; "-" before any)
+        self.last_health = "-"
         #: the engine's release (GET /version), read once per container start
         self.release: str | None = None
         #: whether that engine's defaults take the memory free at its start (doctor's reading)
@@ -186,6 +191,7 @@ class Observer:
             states=tuple(states),
             unreadable=unreadable,
             fills_memory=(self.fills_memory or "") if same else "",
+            rotation=rotation_flag.read(cfg.rotation.flag) if cfg.rotation else None,
         )
 
     def engine(
@@ -249,6 +255,7 @@ class Observer:
         probes = 2 if watched else 1  # the canary, then the users' path
         self.lease(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + MARGIN)
         health = vllm.health(timeout=cfg.health.timeout)
+        self.last_health = health.status
         engine = self.last_scrape.engine
         busy = engine is not None and engine.busy and not stuck
         # asleep, vLLM takes a chat and leaves it unanswered until it wakes (core.py 0.33.0:
@@ -306,6 +313,7 @@ class Observer:
     def after_run(self, t: float, ok: bool) -> None:
         """A fresh engine: check it at once, but leave the canary for an interval."""
         self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.chat_interval}
+        self.last_health = "up" if ok else "-"
         if ok:
             self.last_probe = "ok (the run's chat probe)"
 

@@ -17,9 +17,10 @@ from typing import Any
 from sparkwarden.adapters.systemd import SdNotify
 from sparkwarden.base import logs
 from sparkwarden.base.version import version
+from sparkwarden.cluster import replicas
 from sparkwarden.config.schema import Config
 from sparkwarden.daemon.decide import Mind
-from sparkwarden.daemon.gates import budget
+from sparkwarden.daemon.gates import budget, stale_after
 from sparkwarden.daemon.kept import FirstSight
 from sparkwarden.daemon.observe import Observation, Observer, Recorded
 from sparkwarden.evidence import canary, triggers
@@ -200,17 +201,36 @@ def build(
         engine=engine_view(observer.release, observer.last_scrape.engine),
         cluster_watch=_cluster_watch(mind),
         observed=facts.last_observed if cfg.watch.mode == "observe" else None,
-        replicas=_replicas(mind, cfg),
+        replicas=_replicas(mind, cfg, seen, observer.last_health, step, t),
     )
 
 
-def _replicas(mind: Mind, cfg: Config) -> dict[str, Any] | None:
-    """A replica's peers and the turn, as last looked at, and what a planned restart waits for."""
+def _replicas(
+    mind: Mind,
+    cfg: Config,
+    seen: Observation | None,
+    health: str,
+    step: str | None,
+    t: float,
+) -> dict[str, Any] | None:
+    """A replica's peers and the turn, as last looked at, what a planned restart waits for,
+    whether this Spark serves its users, and how many of the set do."""
     if cfg.replicas is None:
         return None
     look, pending = mind.peers, mind.pending
+    active, out = (seen.active, seen.rotation) if seen else (None, None)
+    up = [active.name] if active is not None and active.status == "running" else []
+    run = f"run at {step or 'its start'}" if step is not None else None
+    serving, why = replicas.serving_of(up, health, run, out.why if out else None)
+    fresh = look is not None and t - look.at <= stale_after(cfg)
+    peers = sum(p.serving for p in look.peers) if look is not None and fresh else 0
     return {
         "self": cfg.replicas.self,
+        "serving": serving,
+        "why": why,
+        "rotation": out.to_json() if out else None,
+        "serving_count": peers + serving,
+        "count": len(cfg.replicas.nodes),
         "waits_for": pending.peers if pending is not None else None,
         "at": datetime.fromtimestamp(look.at, UTC).isoformat(timespec="seconds") if look else None,
         "peers": [p.to_json() for p in look.peers] if look else [],

@@ -7,18 +7,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Plan
+from sparkwarden.restart.parts import Parts, Resume
 from sparkwarden.restart.probes import Probes
 from sparkwarden.restart.recorder import Done, Step
-from sparkwarden.restart.step_names import STEPS
+from sparkwarden.restart.rotation_steps import RotationSteps
+from sparkwarden.restart.step_names import REPLICA_STEPS, STEPS
 from sparkwarden.restart.steps import LlmSteps, VoiceSteps
 
 
-class HostRun(VoiceSteps, LlmSteps, Probes):
-    """One node, this host: its nine steps (:data:`~sparkwarden.restart.step_names.STEPS`)."""
+class HostRun(VoiceSteps, LlmSteps, Probes, RotationSteps):
+    """One node, this host: its nine steps (:data:`~sparkwarden.restart.step_names.STEPS`), a
+    replica's eleven when it leaves the gateway's rotation (``REPLICA_STEPS``)."""
 
-    order: tuple[str, ...] = STEPS
     skip_why = "not reached: an earlier step failed"
+
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        resume: Resume | None = None,
+        target: str | None = None,
+    ) -> None:
+        super().__init__(config, parts, resume, target)
+        self.rotates = config.rotation is not None
+        self.order = REPLICA_STEPS if self.rotates else STEPS
 
     def opening(self) -> Plan:
         """A repair's adopted voice and stop, before anything can fail: a repair cut short
@@ -38,6 +52,9 @@ class HostRun(VoiceSteps, LlmSteps, Probes):
     def find(self) -> Done:
         return self.detect()
 
+    def leaving(self) -> list[Step]:
+        return [("leave_rotation", self.leave_rotation)] if self.rotates else []
+
     def restarts(self) -> bool:
         return True
 
@@ -48,7 +65,7 @@ class HostRun(VoiceSteps, LlmSteps, Probes):
         return [("start_llm", self.start_llm)]
 
     def checks(self) -> list[Step]:
-        return []
+        return [("rejoin_rotation", self.rejoin_rotation)] if self.rotates else []
 
     def engine(self) -> tuple[str | None, str | None]:
         return (self.container.name, self.container.id) if self.container else (None, None)

@@ -14,6 +14,7 @@ from sparkwarden.base import faults
 from sparkwarden.config.schema import Config
 from sparkwarden.restart.events import StepEvent
 from sparkwarden.restart.journal import Journal, Plan
+from sparkwarden.restart.rotation import PROBE_HEADER
 from sparkwarden.vllm.client import VllmClient
 from sparkwarden.vllm.keyguard import KeyGuard, docker_engines
 
@@ -37,6 +38,9 @@ class Parts:
     after_action: Callable[[str], None] = lambda _name: None
     #: The users' path (``[gateway]``): the same chat code, through the gateway's URL and key.
     gateway: VllmClient | None = None
+    #: A replica's own gateway path (``[replicas.rotation]``, its Nginx), proven before it
+    #: rejoins the rotation: the engine's key, and the header its Nginx lets through while out.
+    own_path: VllmClient | None = None
 
     @classmethod
     def from_config(
@@ -62,14 +66,23 @@ class Parts:
             gateway=(
                 VllmClient(config.gateway.url, config.gateway.api_key()) if config.gateway else None
             ),
+            own_path=own_path(config),
         )
 
     def close(self) -> None:
         self.docker.close()
         self.vllm.close()
-        if self.gateway is not None:
-            self.gateway.close()
+        for client in (self.gateway, self.own_path):
+            if client is not None:
+                client.close()
         self.journal.close()
+
+
+def own_path(config: Config) -> VllmClient | None:
+    """A replica's client of its own gateway path (its Nginx), when it leaves the rotation."""
+    if config.rotation is None:
+        return None
+    return VllmClient(config.rotation.url, config.llm.api_key(), headers={PROBE_HEADER: "1"})
 
 
 StepObserver = Callable[[StepEvent], None]

@@ -12,6 +12,8 @@ SSH: :class:`sparkwarden.cluster.run.ClusterRun`), goes the same way. The step n
 1. find             [``detect``] which LLM candidate is active (after a crash: the one that ran
                     last) | ``preflight``: every node answers over SSH with its engine's image and
                     memory; a failure here ends the run with nothing touched
+   [``leave_rotation``] a replica with ``[replicas.rotation]``: its Nginx answers 503 from
+                    here on, so the gateway sends new requests to a peer (the ones in flight finish)
 2. ``pause_voice``  the speech containers that are running, on every node (they hold memory)
 3. stop             [``stop_llm``] ``docker stop`` with a long timeout (10 s SIGKILLs vLLM
                     mid-teardown) | ``stop_head``, ``stop_workers``, ``confirm_stopped``: the head
@@ -23,7 +25,8 @@ SSH: :class:`sparkwarden.cluster.run.ClusterRun`), goes the same way. The step n
 6. ``wait_health``  poll ``/health``; connection refused means "still loading"
 7. ``chat_probe``   one real chat request, because ``/health`` can be 200 over a dead engine
 8. checks           [none] | ``workers_running``: a rank that died at start leaves the head
-                    healthy and hung
+                    healthy and hung; [``rejoin_rotation``]: a replica's own gateway path answers
+                    the same chat, then it is back in rotation (a failed run leaves it out)
 9. ``resume_voice`` always, even after a failure: exactly what step 2 paused; as soon as the
                     engine answered, so voice never waits on the gateway
 10. ``gateway_probe`` the same request through the users' gateway, when one is configured: it
@@ -96,6 +99,8 @@ def run(
             facts["why"] = why
         journal.remember(run_id, **facts)
         step(nodes.order[0], nodes.find)  # detect | preflight
+        for name, body in nodes.leaving():  # none | leave_rotation (a replica's gateway)
+            step(name, body)
         if nodes.restarts():  # not when a repair proves the boot a cut run started
             step("pause_voice", nodes.pause_voice)
             for name, body in nodes.stops():  # stop_llm | stop_head, stop_workers, confirm_stopped
@@ -105,7 +110,7 @@ def run(
                 step(name, body)
         step("wait_health", nodes.wait_health)
         step("chat_probe", nodes.chat_probe)
-        for name, body in nodes.checks():  # none | workers_running
+        for name, body in nodes.checks():  # none | workers_running | rejoin_rotation
             step(name, body)
         step("resume_voice", nodes.resume_voice)  # the engine answers: voice back now
     except HandedOver as exc:  # stopping mid-boot: no voice, no verdict; the next daemon ends it
@@ -201,6 +206,10 @@ class Nodes(Protocol):
         """One step, recorded."""
 
     def find(self) -> Done: ...
+    def leaving(self) -> list[Step]:
+        """What takes the nodes out of users' way before anything stops: a replica leaves
+        its gateway's rotation."""
+
     def restarts(self) -> bool:
         """Whether it stops and starts (a repair may only prove a boot); raises when it must
         touch nothing."""

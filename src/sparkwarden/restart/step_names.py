@@ -1,7 +1,8 @@
 """The names of the restart steps, in order: the one list the sequences, their journal,
 ``history``, ``status``, ``--dry-run`` and ``/metrics`` all name them by (no import but typing, so
-``history`` stays quick). A lone host's run has :data:`STEPS`; a cluster's head runs
-:func:`cluster_steps`, in the order its set-up starts in.
+``history`` stays quick). A lone host's run has :data:`STEPS` (:data:`REPLICA_STEPS` when it
+leaves a gateway's rotation); a cluster's head runs :func:`cluster_steps`, in the order its
+set-up starts in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ STEPS: Final = (
     "start_llm",
     "wait_health",
     "chat_probe",
+    "resume_voice",
+    "gateway_probe",
+)
+
+#: A replica's run whose Spark leaves the gateway's rotation (``[replicas.rotation]``): out before
+#: anything stops, back once the engine answered a chat and its own gateway path did too.
+REPLICA_STEPS: Final = (
+    "detect",
+    "leave_rotation",
+    *STEPS[1 : STEPS.index("resume_voice")],
+    "rejoin_rotation",
     "resume_voice",
     "gateway_probe",
 )
@@ -46,7 +58,7 @@ RAY_STEPS: Final = tuple(
 )
 
 #: Every name a run may record, each once: the ``step`` label of ``/metrics``.
-EVERY_STEP: Final = tuple(dict.fromkeys((*STEPS, *CLUSTER_STEPS)))
+EVERY_STEP: Final = tuple(dict.fromkeys((*REPLICA_STEPS, *CLUSTER_STEPS)))
 
 
 def cluster_steps(setup: str) -> tuple[str, ...]:

@@ -32,6 +32,9 @@ log = logs.get("sparkwarden.sequence")
 class RunState:
     """The state of one run the steps share: what it chose, paused and found, and its leases."""
 
+    #: the run's step names, in order (a replica that leaves the rotation has two more)
+    order: tuple[str, ...] = STEPS
+
     def __init__(
         self,
         config: Config,
@@ -65,7 +68,7 @@ class RunState:
         self.record = Recorder(
             self.parts.journal,
             run_id,
-            STEPS,
+            self.order,
             observer,
             self.parts.after_action,
             beat=lambda name: self.parts.heartbeat(self._lease(name)),

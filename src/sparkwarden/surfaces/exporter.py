@@ -174,6 +174,8 @@ class SnapshotCollector(Collector):
             for node, seen in sorted(s.cluster_watch.get("nodes", {}).items()):
                 node_up.add_metric([node], 1.0 if seen["reachable"] and seen["engine_up"] else 0.0)
             yield node_up
+        if s.replicas:  # a replica: the set as its daemon's last look saw it
+            yield from replica_families(s.replicas)
         last = s.last_run
         if last:
             yield gauge(
@@ -193,6 +195,28 @@ class SnapshotCollector(Collector):
                     float(last["duration_s"]),
                 )
             yield last_run_steps(last)
+
+
+def replica_families(replicas: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    """How many replicas serve (alert ``OneReplicaServing``), whether this one is in the
+    gateway's rotation, and whether a planned restart holds the turn (one out on purpose)."""
+    yield gauge(
+        "sparkwarden_replicas_serving",
+        "Replicas serving their users (this one and the peers, as last looked at)",
+        float(replicas.get("serving_count") or 0),
+    )
+    yield gauge("sparkwarden_replicas", "Replicas in the set", float(replicas.get("count") or 0))
+    yield gauge(
+        "sparkwarden_replica_in_rotation",
+        "1 when this replica is in the gateway's rotation, 0 while its flag keeps it out",
+        0.0 if replicas.get("rotation") else 1.0,
+    )
+    turn = replicas.get("turn") or {}
+    yield gauge(
+        "sparkwarden_replicas_turn_taken",
+        "1 while a replica holds the turn for its planned restart (0 also when unread)",
+        1.0 if turn.get("holder") else 0.0,
+    )
 
 
 def last_run_steps(last: dict[str, Any]) -> GaugeMetricFamily:

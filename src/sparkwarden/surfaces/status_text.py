@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +250,17 @@ def replica_lines(replicas: dict[str, Any] | None) -> list[str]:
     if not replicas:
         return []
     lines = []
+    if "serving_count" in replicas:  # a daemon older than the count says none
+        lines.append(
+            f"replicas:    {replicas['serving_count']} of {replicas.get('count')} serving"
+            f" (this one: {replicas.get('why') or '-'})"
+        )
+    if out := replicas.get("rotation"):
+        since = local_time(datetime.fromtimestamp(float(out["since"]), UTC).isoformat())
+        lines.append(
+            f"rotation:    OUT since {since}: {out.get('why') or '-'}"
+            + ("; only its writer ends it" if out.get("by_hand") else "")
+        )
     if replicas.get("waits_for"):
         lines.append(f"planned:     waits for {replicas['waits_for']}")
     if not replicas.get("at"):

@@ -176,14 +176,21 @@ class VllmClient:
     """
 
     def __init__(
-        self, base_url: str, api_key: str | None = None, guard: KeyGuard | None = None
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        guard: KeyGuard | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
+        """``headers``: sent with every request (a replica's probe of its own gateway path)."""
         remember_secret(api_key)
         self._key = api_key
         self._guard = guard if guard is not None else KeyGuard(base_url)
         # identity: a compressed answer could inflate past any cap before it is counted
         self._http = httpx.Client(
-            base_url=base_url, headers={"Accept-Encoding": "identity"}, verify=_tls()
+            base_url=base_url,
+            headers={"Accept-Encoding": "identity", **(headers or {})},
+            verify=_tls(),
         )
         #: Why the last :meth:`served_model` learnt nothing (for the probe's message).
         self.why_no_model = ""

@@ -25,10 +25,15 @@ from typing import Literal
 import httpx
 
 from devtools.standin.stage import free_port
+from sparkwarden.config.schema import ROTATION_FLAG as FLAG
+
+#: The rotation flag's path as the Nginx example names it (the daemon's default).
+ROTATION_FLAG = str(FLAG)
 
 ROOT = Path(__file__).resolve().parents[2]
 NGINX_EXAMPLE = ROOT / "packaging" / "nginx" / "sparkwarden-upstream.conf"
 LITELLM_EXAMPLE = ROOT / "packaging" / "litellm" / "config.yaml"
+LITELLM_REPLICAS = ROOT / "packaging" / "litellm" / "replicas.yaml"
 LITELLM_PIN = ROOT / "scripts" / "litellm-requirements.txt"
 #: Where scripts/setup-host installed the pinned LiteLLM (the same hash of the same file).
 LITELLM = (
@@ -43,14 +48,21 @@ ALIAS = "qwen"
 MASTER_KEY = "sk-sparkwarden-test"
 
 
-def render(example: Path, dest: Path, replacements: dict[str, str]) -> Path:
+def render(
+    example: Path, dest: Path, replacements: dict[str, str], every: dict[str, str] | None = None
+) -> Path:
     """The shipped example with its addresses replaced; each must be there exactly once, so an
-    edit of the example that the tests would silently stop exercising fails here instead."""
+    edit of the example that the tests would silently stop exercising fails here instead.
+    ``every``: replaced wherever they are (at least once): a replica set's served model."""
     text = example.read_text()
     for old, new in replacements.items():
         count = text.count(old)
         if count != 1:
             raise AssertionError(f"{example.name}: expected {old!r} once, found it {count} times")
+        text = text.replace(old, new)
+    for old, new in (every or {}).items():
+        if old not in text:
+            raise AssertionError(f"{example.name}: expected {old!r}, found none")
         text = text.replace(old, new)
     dest.write_text(text)
     return dest
@@ -91,6 +103,8 @@ class Nginx:
     upstream_port: int
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: a replica's rotation flag (the example's path otherwise: never written in a test)
+    flag: Path | None = None
 
     def start(self) -> Nginx:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -98,10 +112,15 @@ class Nginx:
         temp.mkdir(exist_ok=True)
         temp.chmod(0o777)  # the workers run as nobody
         upstream, listen = self.upstream_port, self.port
+        flag = str(self.flag or self.dir / "out-of-rotation")
         site = render(
             NGINX_EXAMPLE,
             self.dir / "site.conf",
-            {"127.0.0.1:8000 ": f"127.0.0.1:{upstream} ", "1:8080;": f"1:{listen};"},
+            {
+                "127.0.0.1:8000 ": f"127.0.0.1:{upstream} ",
+                "1:8080;": f"1:{listen};",
+                ROTATION_FLAG: flag,
+            },
         )
         paths = "\n".join(
             f"    {kind}_temp_path {temp / kind};"
@@ -140,6 +159,9 @@ class LiteLLM:
     served_model: str
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: a replica set: the other Sparks' Nginx ports, each a deployment of the one alias (the
+    #: replica example, packaging/litellm/replicas.yaml)
+    peers: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
@@ -150,11 +172,17 @@ class LiteLLM:
         if not LITELLM.exists():
             raise AssertionError(f"{LITELLM} is missing: run scripts/setup-host")
         self.dir.mkdir(parents=True, exist_ok=True)
-        config = render(
-            LITELLM_EXAMPLE,
-            self.dir / "config.yaml",
-            {"1:8080/v1": f"1:{self.nginx_port}/v1", "/Qwen3.6-35B-A3B ": f"/{self.served_model} "},
-        )
+        if self.peers:  # one deployment per Spark's Nginx, every one serving the same model
+            ports = (self.nginx_port, *self.peers)
+            spark = {f"//spark{i}:8080/v1": f"//127.0.0.1:{p}/v1" for i, p in enumerate(ports, 1)}
+            model = {"hosted_vllm/Qwen3.6-35B-A3B": f"hosted_vllm/{self.served_model}"}
+            config = render(LITELLM_REPLICAS, self.dir / "config.yaml", spark, model)
+        else:
+            replace = {
+                "1:8080/v1": f"1:{self.nginx_port}/v1",
+                "/Qwen3.6-35B-A3B ": f"/{self.served_model} ",
+            }
+            config = render(LITELLM_EXAMPLE, self.dir / "config.yaml", replace)
         env = {
             **os.environ,
             "LITELLM_MASTER_KEY": MASTER_KEY,

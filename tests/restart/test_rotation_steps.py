@@ -117,3 +117,11 @@ def test_a_repair_after_a_kill_puts_the_replica_back_once_it_serves(tmp_path: Pa
     outcome = sequence.restart(config, "repair", parts, resume=Resume("llm", ["stt"]))
     assert outcome.ok, outcome.error
     assert not flag.exists() and own.calls == 1
+
+
+def test_the_dry_run_plan_names_both_rotation_steps_in_the_runs_order(tmp_path: Path) -> None:
+    config, parts, flag = replica(tmp_path, FakeGateway([OK]))
+    plan = dict(sequence.plan(config, parts))
+    assert list(plan) == list(REPLICA_STEPS)
+    assert plan["leave_rotation"] == f"write {flag}: its Nginx answers 503"
+    assert "http://127.0.0.1:8080" in plan["rejoin_rotation"] and not flag.exists()

@@ -1,7 +1,7 @@
 """A replica out of the gateway's rotation, and back in: the flag file its Nginx reads.
 
 While the flag exists, this Spark's Nginx answers every new request 503 (the example in
-``packaging/nginx/sparkwarden-replica.conf``) and LiteLLM's router retries it on a peer, so
+``packaging/nginx/sparkwarden-upstream.conf``) and LiteLLM's router retries it on a peer, so
 users never meet the drain's empty answers nor the engine's minutes down; the requests already
 in flight finish. Only sparkwarden's own probe (header :data:`PROBE_HEADER`) goes through, so the
 replica's own path is proven before it rejoins.

@@ -252,7 +252,7 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
         if active.up
         else f"nothing: {active.name} is {active.status} (exit code {active.exit_code})"
     )
-    return [
+    steps = [
         ("detect", f"active LLM container: {active.name} ({active.status}, id {active.id[:12]})"),
         ("pause_voice", quiet),
         ("stop_llm", stop),
@@ -273,6 +273,13 @@ def plan(config: Config, parts: Parts) -> list[tuple[str, str]]:
         ),
         ("gateway_probe", proving["gateway_probe"]),
     ]
+    if (rotation := config.rotation) is not None:
+        steps.insert(1, ("leave_rotation", f"write {rotation.flag}: its Nginx answers 503"))
+        rejoin = f"one chat through {rotation.url} (its own gateway path), then remove the flag"
+        steps.insert(
+            steps.index(("chat_probe", proving["chat_probe"])) + 1, ("rejoin_rotation", rejoin)
+        )
+    return steps
 
 
 def proving_plan(config: Config) -> dict[str, str]:

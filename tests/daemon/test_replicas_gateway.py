@@ -1,0 +1,91 @@
+"""Two replicas behind real LiteLLM and Nginx (issue 37), two daemons, users streaming through
+LiteLLM the whole time (tests/kits/replicaskit.py): restarts users never see.
+
+- both scheduled at the same minute: each restarted once, one after the other, never both out,
+  and not one user request failed or answered empty;
+- a peer's engine crashing while the other is in its planned restart: the crash is recovered at
+  once, the planned restart ends well, and no request is cut mid-answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devtools.standin.stage import Stage
+from tests.kits.daemonkit import wait_for
+from tests.kits.gatewaykit import StreamingLoad
+from tests.kits.replicaskit import NIGHT, ReplicaSet, night, replica_set, served
+
+#: The stand-in answers as a small engine does; its drain lets running answers finish.
+STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(420)
+def test_two_replicas_scheduled_at_the_same_minute_restart_in_turn_and_users_never_see_it(
+    stage: Stage, tmp_path: Path
+) -> None:
+    with replica_set(stage, tmp_path, STANDIN) as two:
+        same_minute(two)
+
+
+def same_minute(two: ReplicaSet) -> None:
+    seen = night(two)
+    for name, done in seen.runs.items():
+        assert [r["result"] for r in done] == ["ok"], (name, done)
+        steps = [s["name"] for s in done[0]["steps"]]
+        assert steps[1] == "leave_rotation" and "rejoin_rotation" in steps, steps
+    first, second = sorted(seen.runs.values(), key=lambda done: done[0]["started_at"])
+    assert first[0]["ended_at"] <= second[0]["started_at"], "the two runs overlapped"
+    assert seen.watch.both_out == [], f"both replicas out for {len(seen.watch.both_out)} looks"
+    failed = [r for r in seen.results if r.kind != "complete"]
+    assert failed == [], failed[:5]
+    assert len(seen.results) >= 12
+    for replica in two.replicas:
+        assert not replica.flag.exists(), f"{replica.name} left out of rotation"
+        assert replica.daemon is not None and "left_rotation" in replica.daemon.text()
+    waited = [
+        r.name for r in two.replicas if r.daemon and "restart_waits_for_peers" in r.daemon.text()
+    ]
+    assert waited, "neither waited for the other"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(420)
+def test_a_peer_crashing_during_the_others_planned_restart_is_recovered_and_nothing_is_cut(
+    stage: Stage, tmp_path: Path
+) -> None:
+    # each engine boots for 8 s: the crash comes while one replica's planned restart waits
+    with replica_set(stage, tmp_path, (*STANDIN, "--boot-delay", "8")) as two:
+        crash_meanwhile(two, stage)
+
+
+def crash_meanwhile(two: ReplicaSet, stage: Stage) -> None:
+    spark1, spark2 = two.replicas
+    two.configure({"watch": {"max_uptime": "20s"}, "llm": {"health_timeout": "60s"}, **NIGHT})
+    two.start_daemons()
+    assert spark2.daemon is not None
+    load = StreamingLoad(two.url, clients=3, max_tokens=20).start()
+    try:
+        served(load, 6)
+        holder = wait_for(
+            "a replica's planned restart to hold the turn",
+            lambda: next((r for r in two.replicas if r.flag.exists()), None),
+            timeout=120,
+        )
+        other = spark2 if holder is spark1 else spark1
+        stage.client.containers.get(other.llm).kill()  # the peer's engine crashes
+        assert other.daemon is not None and holder.daemon is not None
+        crash = wait_for("the crash recovered", lambda: other.runs("crash"), timeout=120)
+        uptime = wait_for("the planned restart's end", lambda: holder.runs("uptime"), timeout=180)
+        served(load, 6)
+    finally:
+        results = load.stop()
+    assert crash[0]["result"] == "ok", crash
+    assert uptime[0]["result"] == "ok", uptime
+    cut = [r for r in results if r.kind == "cut"]
+    assert cut == [], cut
+    for replica in two.replicas:
+        assert not replica.flag.exists(), f"{replica.name} left out of rotation"

@@ -151,7 +151,7 @@ def main_one(module: ModuleType, argv: list[str] | None = None) -> int:
         result = module.measure(bench, args)
     finally:
         bench.close()
-    name = module.__name__.rsplit(".", 1)[-1]
+    name = Path(str(module.__file__)).stem  # run as a script, the module is "__main__"
     save({"machine": machine(), "when": time.strftime("%F %T"), name: result}, f"{name}.json")
     print(table(module.lines(result)))
     return 0

@@ -10,15 +10,21 @@ LiteLLM the whole time (tests/kits/replicaskit.py): restarts users never see.
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from devtools.standin.stage import Stage
+from tests.kits.commands import ROOT
 from tests.kits.daemonkit import wait_for
 from tests.kits.gatewaykit import StreamingLoad
-from tests.kits.replicaskit import NIGHT, ReplicaSet, night, replica_set, served
+from tests.kits.replicaskit import NIGHT, Replica, ReplicaSet, night, replica_set, served
+
+DOCS = ROOT / "docs" / "replicas.md"
 
 #: The stand-in answers as a small engine does; its drain lets running answers finish.
 STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
@@ -52,6 +58,29 @@ def same_minute(two: ReplicaSet) -> None:
         r.name for r in two.replicas if r.daemon and "restart_waits_for_peers" in r.daemon.text()
     ]
     assert waited, "neither waited for the other"
+    docs_commands(two.replicas[0])
+
+
+def docs_commands(spark: Replica) -> None:
+    """Every ``$ `` line of docs/replicas.md, typed on a Spark whose daemon runs."""
+    commands = re.findall(r"^\$ (.+)$", DOCS.read_text(), re.MULTILINE)
+    assert commands
+    env = {
+        "SPARKWARDEN_CONFIG": str(spark.config),
+        "PATH": f"{ROOT / '.venv' / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120
+        )
+        said = f"{command}: {done.stdout}{done.stderr}"
+        assert done.returncode == 0, said
+        if command.endswith("node serving --json"):
+            assert json.loads(done.stdout) == {"serving": True, "why": f"{spark.llm} serving"}, said
+        if command.endswith("--dry-run"):
+            assert "leave_rotation" in done.stdout and "rejoin_rotation" in done.stdout, said
+        if command.endswith("status"):
+            assert "replicas:    2 of 2 serving" in done.stdout, said
 
 
 @pytest.mark.docker

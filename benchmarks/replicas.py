@@ -9,7 +9,10 @@ restart to after the last. Measured twice: today's behaviour (each daemon on its
 rotation before its drain and back after its probes). A watch looks every 0.1 s at who is out
 (its flag up, or its engine not answering /health).
 
-    .venv/bin/python benchmarks/replicas.py [--clients 3] [--nights 1]
+    .venv/bin/python benchmarks/replicas.py [--clients 3] [--nights 1] [--boot 15]
+
+The stand-in engine takes ``--boot`` seconds to load after each start (a Spark's warm restart
+takes about two minutes): the window in which a Spark restarting alone is out.
 
 Targets, for the replica set: 0 failed and 0 empty answers, never both out.
 """
@@ -34,6 +37,9 @@ STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=3, help="users streaming (3)")
     parser.add_argument("--nights", type=int, default=1, help="nights per behaviour (1)")
+    parser.add_argument(
+        "--boot", type=float, default=15.0, help="the engine's load time, s (15; a Spark's ~120)"
+    )
 
 
 def summary(seen: Night) -> dict[str, Any]:
@@ -52,10 +58,16 @@ def summary(seen: Night) -> dict[str, Any]:
 
 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"clients": args.clients, "today": [], "in_turn": []}
+    result: dict[str, Any] = {
+        "clients": args.clients,
+        "boot_s": args.boot,
+        "today": [],
+        "in_turn": [],
+    }
     for _ in range(args.nights):
         for key, replicas in (("today", False), ("in_turn", True)):
-            with replica_set(bench.stage, bench.dir / f"{key}-{len(result[key])}", STANDIN) as two:
+            standin = (*STANDIN, "--boot-delay", f"{args.boot:g}")
+            with replica_set(bench.stage, bench.dir / f"{key}-{len(result[key])}", standin) as two:
                 result[key].append(summary(night(two, replicas, args.clients)))
             bench.stage.cleanup()  # the next night's Sparks take the same names
     return result

@@ -30,6 +30,7 @@ ALL = (
     "idle_footprint",
     "gateway",
     "cluster_restart",
+    "replicas",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from sparkwarden.restart import rotation, sequence
 from sparkwarden.restart.parts import Resume
 from sparkwarden.restart.step_names import REPLICA_STEPS
 from sparkwarden.vllm.client import ChatOutcome
-from tests.restart.test_sequence_unit import FakeDocker, FakeGateway, FakeHost, build
+from tests.restart.test_sequence_unit import T0, FakeDocker, FakeGateway, FakeHost, build
 
 OK = ChatOutcome(True, "answered 'ready'", "ready")
 
@@ -62,14 +63,19 @@ def test_the_flag_is_whole_json_world_readable_and_says_the_run(tmp_path: Path) 
     flag = tmp_path / "out-of-rotation"
     out = rotation.take_out(flag, "run #3", 3)
     assert stat.S_IMODE(flag.stat().st_mode) == 0o644  # Nginx's workers are not root
-    assert json.loads(flag.read_text()) == {"since": out.since, "why": "run #3", "run": 3}
+    said = {"since": out.since, "why": "run #3", "run": 3, "told": False}
+    assert json.loads(flag.read_text()) == said
+    rotation.mark_told(flag)  # a restarted daemon reads that it was notified
+    assert rotation.read(flag) == replace(out, told=True)
+    flag.write_text(json.dumps(said) + "\n")
     assert rotation.read(flag) == out
     assert [p.name for p in tmp_path.iterdir()] == ["out-of-rotation"]  # no part left
+    assert rotation.put_back(flag) and rotation.read(flag) is None
+    assert not rotation.put_back(flag)
     flag.write_text("maintenance\n")  # an operator's touch
     by_hand = rotation.read(flag)
     assert by_hand is not None and by_hand.by_hand and by_hand.run is None
-    assert rotation.put_back(flag) and rotation.read(flag) is None
-    assert not rotation.put_back(flag)
+    assert not rotation.put_back(flag) and flag.exists()  # never removed by sparkwarden
 
 
 def test_an_own_path_that_does_not_answer_keeps_it_out_and_fails_the_run(tmp_path: Path) -> None:
@@ -125,3 +131,21 @@ def test_the_dry_run_plan_names_both_rotation_steps_in_the_runs_order(tmp_path: 
     assert list(plan) == list(REPLICA_STEPS)
     assert plan["leave_rotation"] == f"write {flag}: its Nginx answers 503"
     assert "http://127.0.0.1:8080" in plan["rejoin_rotation"] and not flag.exists()
+
+
+def test_a_repair_of_an_engine_the_operator_started_leaves_the_rejoin_to_the_daemon(
+    tmp_path: Path,
+) -> None:
+    """kill -9 after stop_llm, then the operator's ``docker start``: the repair does not wait
+    on that engine, so it cannot prove the path; the flag becomes one the daemon takes back
+    once the engine serves, not a failed run's that stays out."""
+    own = FakeGateway([OK])
+    config, parts, flag = replica(tmp_path, own)
+    rotation.take_out(flag, "run #1", 1)
+    stopped_before_the_start = T0.timestamp() - 60
+    resume = Resume("llm", ["stt"], llm_stopped=True, stopped_at=stopped_before_the_start)
+    outcome = sequence.restart(config, "repair", parts, resume=resume)
+    assert outcome.ok, outcome.error
+    assert steps(parts)["rejoin_rotation"] == "skipped" and own.calls == 0
+    said = rotation.read(flag)
+    assert said is not None and said.run is None and not said.by_hand

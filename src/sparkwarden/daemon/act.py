@@ -115,6 +115,9 @@ class Hands(ClusterHands):
                     self._leave_rotation(why)
                 case do.RejoinRotation(why):
                     self._rejoin_rotation(why)
+                case do.RotationTold():
+                    if self.config.rotation is not None:
+                        rotation.mark_told(self.config.rotation.flag)
         return ended, wrote
 
     def _leave_rotation(self, why: str) -> None:
@@ -141,11 +144,12 @@ class Hands(ClusterHands):
             log.warning("rejoin_refused", url=cfg.rotation.url, why=why, last=outcome.detail)
             return
         try:
-            rotation.put_back(cfg.rotation.flag)
+            back = rotation.put_back(cfg.rotation.flag)
         except OSError as exc:
             log.error("rejoin_failed", flag=str(cfg.rotation.flag), error=str(exc))
             return
-        log.info("rejoined_rotation", url=cfg.rotation.url, why=why)
+        if back:
+            log.info("rejoined_rotation", url=cfg.rotation.url, why=why)
 
     def sequence(
         self,

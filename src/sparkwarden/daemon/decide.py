@@ -96,8 +96,6 @@ class Mind:
     waiting: Waiting | None = None  # what the last reconcile found the LLM waiting for
     cluster: cluster_watch.Watch = field(default_factory=cluster_watch.Watch)  # a head's looks
     peers: PeersLook | None = None  # a replica's last look at its peers and the turn
-    #: when the rotation flag a failed run left began (notified once per flag)
-    rotation_told: float | None = None
 
 
 Transition = tuple[Mind, list[Intent]]

@@ -176,7 +176,7 @@ def peers_wait(mind: Mind, t: float, cfg: Config, turn: Turn) -> str | None:
     pending = mind.pending
     if cfg.replicas is None or pending is None or pending.reason not in PLANNED:
         return None
-    if turn.holding:  # kept until the run ends; a peer that went down meanwhile is waited for
+    if turn.holding:  # a peer that went down meanwhile is waited for (the turn given back)
         return replicas.peer_waits(mind.peers, t, stale_after(cfg))
     why = replicas.waits_for(mind.peers, cfg.replicas.self, t, stale_after(cfg))
     if cfg.watch.mode == "observe":
@@ -225,7 +225,12 @@ def _waiting_for_peers(mind: Mind, waits: str, t: float) -> Transition:
         for name in gone:
             summary = f"planned {pending.reason} restart waits: peer {name} unreachable ({waits})"
             intents.append(Notify("node_unreachable", name, summary))
-    waiting = replace(pending, peers=waits, peers_since=since, peers_told=told)
+    # A drain begun holding the turn stops: back in the gateway's rotation while it waits (the
+    # peer is out: this Spark may be all users have), the turn given back by the loop; it
+    # drains again, out again, once every peer serves and the turn is its own again.
+    if pending.drain is not None and pending.drain.note != ASLEEP:
+        intents.append(Say("info", "drain_stopped", {"reason": pending.reason, "for": waits}))
+    waiting = replace(pending, peers=waits, peers_since=since, peers_told=told, drain=None)
     return replace(mind, pending=waiting), intents
 
 

@@ -174,6 +174,11 @@ class RejoinRotation:
 
 
 @dataclass(frozen=True)
+class RotationTold:
+    """A failed run's rotation flag was notified: noted in the flag itself."""
+
+
+@dataclass(frozen=True)
 class EventsSeen:
     """Docker events up to ``until`` were handled: a new daemon replays from there."""
 
@@ -201,6 +206,7 @@ Intent = (
     | Observe
     | LeaveRotation
     | RejoinRotation
+    | RotationTold
 )
 
 

@@ -344,8 +344,14 @@ class Daemon:
         self._decide(gates.gate(mind, facts, active, sample, t, cfg, self._turn(t)))
         turns, pending = self.replica_looks, self.mind.pending
         planned = pending is not None and pending.reason in triggers.PLANNED
-        if turns is not None and turns.holding and self.hands.step is None and not planned:
-            turns.release()  # its planned restart ran, or was dropped or replaced
+        waits = pending is not None and pending.peers is not None  # a peer went out meanwhile
+        if (
+            turns is not None
+            and turns.holding
+            and self.hands.step is None
+            and (waits or not planned)
+        ):
+            turns.release()  # its planned restart ran, was dropped or replaced, or waits again
 
     def _turn(self, t: float) -> gates.Turn | None:
         """A replica's turn for the gate: held, or asked for now when the gate would take it

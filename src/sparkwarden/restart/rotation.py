@@ -34,9 +34,17 @@ class Out:
     why: str
     run: int | None = None
     by_hand: bool = False
+    #: a failed run's flag was notified (kept in the flag: a restarted daemon does not repeat it)
+    told: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"since": self.since, "why": self.why, "run": self.run, "by_hand": self.by_hand}
+        return {
+            "since": self.since,
+            "why": self.why,
+            "run": self.run,
+            "by_hand": self.by_hand,
+            "told": self.told,
+        }
 
 
 def read(flag: Path) -> Out | None:
@@ -50,25 +58,41 @@ def read(flag: Path) -> Out | None:
         return Out(time.time(), f"the flag {flag} is unreadable: {exc.strerror}", by_hand=True)
     try:
         said = json.loads(text)
-        return Out(float(said["since"]), str(said["why"]), said.get("run"))
-    except (ValueError, KeyError, TypeError):
+        return Out(
+            float(said["since"]), str(said["why"]), said.get("run"), told=said.get("told") is True
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return Out(since, f"{flag} put there by hand", by_hand=True)
 
 
-def take_out(flag: Path, why: str, run: int | None = None, since: float | None = None) -> Out:
+def take_out(
+    flag: Path, why: str, run: int | None = None, since: float | None = None, told: bool = False
+) -> Out:
     """Write the flag (whole, by rename: Nginx never reads half of it); world-readable, as
     Nginx's workers are not root."""
-    out = Out(time.time() if since is None else since, why, run)
+    out = Out(time.time() if since is None else since, why, run, told=told)
     flag.parent.mkdir(parents=True, exist_ok=True)
     part = flag.with_name(f".{flag.name}.{os.getpid()}")
-    part.write_text(json.dumps({"since": out.since, "why": out.why, "run": out.run}) + "\n")
+    said = {"since": out.since, "why": out.why, "run": out.run, "told": out.told}
+    part.write_text(json.dumps(said) + "\n")
     part.chmod(0o644)
     part.replace(flag)
     return out
 
 
+def mark_told(flag: Path) -> None:
+    """Note in the flag that its failed run was notified (unless it is no longer ours)."""
+    out = read(flag)
+    if out is not None and not out.by_hand and not out.told:
+        take_out(flag, out.why, out.run, out.since, told=True)
+
+
 def put_back(flag: Path) -> bool:
-    """Remove the flag: Nginx passes requests again. False when it was not there."""
+    """Remove the flag: Nginx passes requests again. False when it was not there, or is an
+    operator's now (written while the own path was being proven): theirs is never removed."""
+    out = read(flag)
+    if out is None or out.by_hand:
+        return False
     try:
         flag.unlink()
     except FileNotFoundError:

@@ -46,6 +46,13 @@ class RotationSteps(RunState):
         was = rotation.read(flag)
         if was is not None and was.by_hand:
             return Done(f"left out: {was.why} (only its writer ends it)", skipped=True)
+        if self.theirs is not None:  # a repair leaves an operator's engine to load on its own
+            rotation.take_out(flag, f"repair: {self.theirs}", since=was.since if was else None)
+            return Done(
+                f"left out until the operator's engine serves: {self.theirs}; the daemon "
+                "brings it back then",
+                skipped=True,
+            )
         client = self.parts.own_path
         assert client is not None and settings is not None
         model = self.config.llm.model or self.parts.vllm.served_model()
@@ -57,7 +64,8 @@ class RotationSteps(RunState):
                 f"did: {outcome.detail}; {settings.self} stays out of the gateway's rotation",
                 {"url": url},
             )
-        rotation.put_back(flag)
+        if not rotation.put_back(flag):  # an operator's, written while the path was proven
+            return Done(f"left out: {flag} is an operator's now", skipped=True)
         out_for = round(time.time() - was.since, 1) if was is not None else None
         return Done(
             f"back in the gateway's rotation: {url} answered ({outcome.detail}), {flag} removed"

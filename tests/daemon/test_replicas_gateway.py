@@ -76,7 +76,8 @@ def docs_commands(spark: Replica) -> None:
         said = f"{command}: {done.stdout}{done.stderr}"
         assert done.returncode == 0, said
         if command.endswith("node serving --json"):
-            assert json.loads(done.stdout) == {"serving": True, "why": f"{spark.llm} serving"}, said
+            answer = json.loads(done.stdout)
+            assert answer["serving"] is True and answer["why"] == f"{spark.llm} serving", said
         if command.endswith("--dry-run"):
             assert "leave_rotation" in done.stdout and "rejoin_rotation" in done.stdout, said
         if command.endswith("status"):

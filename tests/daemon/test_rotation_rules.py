@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from sparkwarden.adapters.host import Memory
 from sparkwarden.cluster.replicas import PeerView, serving_of
+from sparkwarden.config.schema import Config
 from sparkwarden.daemon import gates
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.decide import Mind
@@ -17,6 +18,7 @@ from sparkwarden.evidence.triggers import DrainState
 from sparkwarden.restart.rotation import Out
 from sparkwarden.restart.turn import Answer
 from sparkwarden.vllm.client import Health
+from sparkwarden.vllm.doctor_rules import check_config
 from tests.daemon.test_decide import BUSY, IDLE, T, cfg, facts, pending
 from tests.daemon.test_replicas import ACTIVE, NODES, look, planned, replicas
 
@@ -143,3 +145,11 @@ def test_a_replica_out_of_rotation_is_not_serving_whatever_its_engine_says() -> 
     assert serving_of(["vllm"], "up", None) == (True, "vllm serving")
     serving, why = serving_of(["vllm"], "up", None, "run #7")
     assert not serving and why == "out of the gateway's rotation: run #7"
+
+
+def test_doctor_warns_a_replica_that_never_leaves_the_rotation() -> None:
+    def warned(config: Config) -> list[str]:
+        return [f.check for f in check_config(config, 121.0) if f.check == "replica-rotation"]
+
+    assert warned(replicas()) == ["replica-rotation"]
+    assert warned(CFG) == [] and warned(cfg()) == []

@@ -517,6 +517,18 @@ def check_config(config: Config, mem_total_gib: float) -> list[Finding]:
                 "set it below MemTotal, to what the engine needs to start",
             )
         )
+    if config.replicas is not None and config.rotation is None:
+        found.append(
+            Finding(
+                "warning",
+                "config",
+                "replica-rotation",
+                "[replicas] without [replicas.rotation]: while this Spark restarts, the gateway "
+                "still sends it users, who get empty answers while vLLM drains",
+                "set [replicas.rotation] and use the Nginx and LiteLLM examples "
+                "(docs/replicas.md)",
+            )
+        )
     if config.llm.health_timeout < 900:
         found.append(
             Finding(

@@ -5,7 +5,9 @@ LiteLLM the whole time (tests/kits/replicaskit.py): restarts users never see.
   and not one user request failed or answered empty;
 - a peer's engine crashing while the other is in its planned restart: the crash is recovered at
   once, the planned restart ends well, and no request is cut mid-answer but those the crash
-  itself cut.
+  itself cut;
+- the peers unreachable to each other: neither planned restart goes, each says for which
+  peer, and users are served throughout.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from devtools.standin.stage import Stage
 from tests.kits.commands import ROOT
-from tests.kits.daemonkit import wait_for
+from tests.kits.daemonkit import DaemonProcess, wait_for
 from tests.kits.gatewaykit import StreamingLoad
 from tests.kits.replicaskit import NIGHT, Replica, ReplicaSet, night, replica_set, served
 
@@ -125,3 +127,42 @@ def crash_meanwhile(two: ReplicaSet, stage: Stage) -> None:
     assert cut == [], cut
     for replica in two.replicas:
         assert not replica.flag.exists(), f"{replica.name} left out of rotation"
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_peers_unreachable_keep_planned_restarts_waiting_saying_so_and_users_served(
+    stage: Stage, tmp_path: Path
+) -> None:
+    with replica_set(stage, tmp_path, STANDIN) as two:
+        unreachable(two)
+
+
+def unreachable(two: ReplicaSet) -> None:
+    """The SSH between the Sparks gone (its sshd ended): each is unreachable to the other, so
+    neither planned restart may go (two could be out at once), and each says for which peer."""
+    two.configure({"watch": {"max_uptime": "10s"}, **NIGHT})
+    assert two.ssh is not None
+    two.ssh.close()
+    two.start_daemons()
+    load = StreamingLoad(two.url, clients=2, max_tokens=20).start()
+    try:
+        for replica, peer in zip(two.replicas, reversed(two.replicas), strict=True):
+            assert replica.daemon is not None
+            daemon = replica.daemon
+
+            def waits(daemon: DaemonProcess = daemon, peer: str = peer.name) -> bool:
+                said = str((daemon.status()["replicas"] or {}).get("waits_for") or "")
+                return said.startswith(f"peer {peer} unreachable")
+
+            wait_for(f"{replica.name}'s uptime restart to wait for {peer.name}", waits, 90)
+        served(load, 6)
+        for replica in two.replicas:
+            assert replica.daemon is not None
+            later = replica.daemon.after_looks(6)
+            assert later["daemon"]["pending"] == "uptime", later["daemon"]
+            assert replica.daemon.history() == []  # nothing restarted
+            assert not replica.flag.exists()  # and nobody taken out of rotation
+    finally:
+        results = load.stop()
+    assert [r for r in results if r.kind != "complete"] == []

@@ -525,8 +525,7 @@ def check_config(config: Config, mem_total_gib: float) -> list[Finding]:
                 "replica-rotation",
                 "[replicas] without [replicas.rotation]: while this Spark restarts, the gateway "
                 "still sends it users, who get empty answers while vLLM drains",
-                "set [replicas.rotation] and use the Nginx and LiteLLM examples "
-                "(docs/replicas.md)",
+                "set [replicas.rotation] and use the Nginx and LiteLLM examples (docs/replicas.md)",
             )
         )
     if config.llm.health_timeout < 900:

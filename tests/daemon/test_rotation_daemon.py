@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,10 @@ import pytest
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.restart import rotation
 from tests.actions.test_operator_tools import Receiver
-from tests.kits.commands import history, run_cli, running_step, start_cli
+from tests.kits.commands import history, run_cli
 from tests.kits.daemonkit import DaemonProcess, stalling, wait_for
 from tests.kits.gatewaykit import Nginx
+from tests.restart.test_fault_matrix import kill_mid_run, repairs
 
 #: An address nothing answers on (TEST-NET-3, RFC 5737): the peer is unreachable.
 NOWHERE = "root@203.0.113.1"
@@ -90,24 +90,15 @@ def test_a_kill_9_mid_run_is_repaired_and_the_replica_back_in_rotation_once_it_s
     llm, port, nginx = replica
     config, flag = config_of(make_daemon_config, llm, port, nginx)
     stalled = DaemonProcess(config, tmp_path / "stalled.log", stalling(step, tmp_path)).start()
-    client = start_cli(config, "restart")
-    try:
-        wait_for(f"a run stalled in {step}", lambda: running_step(config) == step)
-        stalled.held(step)
+
+    def cut_short() -> None:
         if step != "rejoin_rotation":  # out while the run is cut short: users go to the peer
             assert flag.exists() and users_answered(nginx) == 503
-        stalled.signal(signal.SIGKILL)
-        stalled.wait()
-    finally:
-        client.kill()
-        client.wait()
+
+    kill_mid_run(stalled, config, step, cut_short)
     repairer = DaemonProcess(config, tmp_path / "repair.log").start()
     try:
-        [repair] = wait_for(
-            "the repair",
-            lambda: [r for r in history(config) if r["reason"] == "repair" and r["ended_at"]],
-            timeout=90,
-        )
+        [repair] = repairs(config)
         assert repair["result"] == "ok", repair
         steps = {s["name"]: s for s in repair["steps"]}
         assert steps["rejoin_rotation"]["result"] == "ok", steps["rejoin_rotation"]

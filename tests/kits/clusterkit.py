@@ -144,21 +144,11 @@ class ClusterKit:
         _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
         (home / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
         (home / "sshd_config").write_text(
-            "\n".join(
-                [
-                    f"ListenAddress {node.address}:22",
-                    f"HostKey {host_key}",
-                    f"PidFile {home / 'sshd.pid'}",
-                    f"AuthorizedKeysFile {home / 'authorized_keys'}",
-                    "PermitRootLogin prohibit-password",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "PrintMotd no",
-                    f"SetEnv DOCKER_HOST={node.docker.url} SPARKWARDEN_NODE={node.name}",
-                    "",
-                ]
+            sshd_config(
+                f"{node.address}:22",
+                home,
+                host_key,
+                f"SetEnv DOCKER_HOST={node.docker.url} SPARKWARDEN_NODE={node.name}",
             )
         )
         self.start_sshd(node)
@@ -185,16 +175,7 @@ class ClusterKit:
         lines = []
         for node in self.nodes:
             lines += [f"Host {node.name}", f"    HostName {node.address}", "    User root"]
-        lines += [
-            "Host *",
-            f"    IdentityFile {self.key}",
-            "    IdentitiesOnly yes",
-            f"    UserKnownHostsFile {known}",
-            "    StrictHostKeyChecking yes",
-            "    BatchMode yes",
-            "    LogLevel ERROR",
-            "",
-        ]
+        lines += every_host(self.key, known)
         self.ssh_config = self.base / "ssh_config"
         self.ssh_config.write_text("\n".join(lines))
 
@@ -487,6 +468,40 @@ class LauncherEngine(Engine):
         for node, name in (("head", self.head), ("w1", self.worker)):
             with contextlib.suppress(docker.errors.NotFound):
                 self.kit.node(node).client().containers.get(name).remove(force=True)
+
+
+def sshd_config(listen: str, home: Path, host_key: Path, *more: str) -> str:
+    """A test sshd: root by the test key in ``home`` only, no password, nothing else asked."""
+    return "\n".join(
+        [
+            f"ListenAddress {listen}",
+            f"HostKey {host_key}",
+            f"PidFile {home / 'sshd.pid'}",
+            f"AuthorizedKeysFile {home / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "PrintMotd no",
+            *more,
+            "",
+        ]
+    )
+
+
+def every_host(key: Path, known: Path) -> list[str]:
+    """The ssh_config lines for every simulated Spark: the test key, its known hosts only."""
+    return [
+        "Host *",
+        f"    IdentityFile {key}",
+        "    IdentitiesOnly yes",
+        f"    UserKnownHostsFile {known}",
+        "    StrictHostKeyChecking yes",
+        "    BatchMode yes",
+        "    LogLevel ERROR",
+        "",
+    ]
 
 
 def _run(*argv: str) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from devtools.standin.stage import Stage, free_port, wait_healthy, write_config
-from tests.kits.clusterkit import SPARKWARDEN, SSHD
+from tests.kits.clusterkit import SPARKWARDEN, SSHD, every_host, sshd_config
 from tests.kits.daemonkit import DaemonProcess, end, wait_for
 from tests.kits.gatewaykit import ALIAS, MASTER_KEY, LiteLLM, Nginx, Result, StreamingLoad
 
@@ -43,22 +43,12 @@ class LoopSsh:
         _keygen(host_key)
         (base / "authorized_keys").write_text(Path(f"{self.key}.pub").read_text())
         (base / "sshd_config").write_text(
-            "\n".join(
-                [
-                    f"ListenAddress 127.0.0.1:{self.port}",
-                    f"HostKey {host_key}",
-                    f"PidFile {base / 'sshd.pid'}",
-                    f"AuthorizedKeysFile {base / 'authorized_keys'}",
-                    "PermitRootLogin prohibit-password",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "PrintMotd no",
-                    "MaxStartups 100:30:200",
-                    "MaxSessions 100",
-                    "",
-                ]
+            sshd_config(
+                f"127.0.0.1:{self.port}",
+                base,
+                host_key,
+                "MaxStartups 100:30:200",
+                "MaxSessions 100",
             )
         )
         known = base / "known_hosts"
@@ -66,17 +56,8 @@ class LoopSsh:
         lines = []
         for name in names:
             lines += [f"Host {name}", "    HostName 127.0.0.1", f"    Port {self.port}"]
-        lines += [
-            "Host *",
-            "    User root",
-            f"    IdentityFile {self.key}",
-            "    IdentitiesOnly yes",
-            f"    UserKnownHostsFile {known}",
-            "    StrictHostKeyChecking yes",
-            "    BatchMode yes",
-            "    LogLevel ERROR",
-            "",
-        ]
+            lines += ["    User root"]
+        lines += every_host(self.key, known)
         self.config = base / "ssh_config"
         self.config.write_text("\n".join(lines))
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -535,13 +535,16 @@ def daemons(tmp_path: Path) -> Iterator[Any]:
     pool.stop_all()
 
 
-def kill_mid_run(daemon: DaemonProcess, config: Path, step: str) -> None:
+def kill_mid_run(
+    daemon: DaemonProcess, config: Path, step: str, held: Callable[[], None] = lambda: None
+) -> None:
     """An operator's restart through ``daemon``, which is killed (-9) once the run is in ``step``
-    (``daemon`` was started stalling there)."""
+    (``daemon`` was started stalling there); ``held``: what the test checks of the box then."""
     client = start_cli(config, "restart")
     try:
         wait_for(f"a run stalled in {step}", lambda: running_step(config) == step, timeout=60)
         daemon.held(step)
+        held()
         daemon.signal(signal.SIGKILL)
         daemon.wait()
     finally:

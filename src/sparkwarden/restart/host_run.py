@@ -7,13 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sparkwarden.config.schema import Config
 from sparkwarden.restart.journal import Plan
-from sparkwarden.restart.parts import Parts, Resume
 from sparkwarden.restart.probes import Probes
 from sparkwarden.restart.recorder import Done, Step
 from sparkwarden.restart.rotation_steps import RotationSteps
-from sparkwarden.restart.step_names import REPLICA_STEPS, STEPS
 from sparkwarden.restart.steps import LlmSteps, VoiceSteps
 
 
@@ -23,16 +20,10 @@ class HostRun(VoiceSteps, LlmSteps, Probes, RotationSteps):
 
     skip_why = "not reached: an earlier step failed"
 
-    def __init__(
-        self,
-        config: Config,
-        parts: Parts,
-        resume: Resume | None = None,
-        target: str | None = None,
-    ) -> None:
-        super().__init__(config, parts, resume, target)
-        self.rotates = config.rotation is not None
-        self.order = REPLICA_STEPS if self.rotates else STEPS
+    @property
+    def rotates(self) -> bool:
+        """A replica that leaves its gateway's rotation for each run."""
+        return self.config.rotation is not None
 
     def opening(self) -> Plan:
         """A repair's adopted voice and stop, before anything can fail: a repair cut short

@@ -185,8 +185,10 @@ class Nodes(Protocol):
     (:class:`sparkwarden.cluster.run.ClusterRun`). Each body returns a :class:`Done` or raises
     ``StepFailed``; :func:`run` keeps the order."""
 
-    #: The run's step names, in order (:mod:`~sparkwarden.restart.step_names`).
-    order: tuple[str, ...]
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The run's step names, in order (:mod:`~sparkwarden.restart.step_names`)."""
+
     #: Why a step the run does not take is recorded as skipped.
     skip_why: str
     record: Recorder

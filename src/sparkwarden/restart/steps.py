@@ -17,7 +17,7 @@ from sparkwarden.config.schema import Config
 from sparkwarden.restart.memory_gate import drop_until
 from sparkwarden.restart.parts import Parts, Resume, StepObserver
 from sparkwarden.restart.recorder import Done, Recorder
-from sparkwarden.restart.step_names import STEPS
+from sparkwarden.restart.step_names import REPLICA_STEPS, STEPS
 from sparkwarden.vllm import doctor_rules, metrics, serve_flags
 from sparkwarden.vllm.doctor_rules import vllm_config_file
 
@@ -32,8 +32,11 @@ log = logs.get("sparkwarden.sequence")
 class RunState:
     """The state of one run the steps share: what it chose, paused and found, and its leases."""
 
-    #: the run's step names, in order (a replica that leaves the rotation has two more)
-    order: tuple[str, ...] = STEPS
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The run's step names, in order: a replica that leaves its gateway's rotation for
+        its runs has two more."""
+        return REPLICA_STEPS if self.config.rotation is not None else STEPS
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ restart to after the last. Measured twice: today's behaviour (each daemon on its
 rotation before its drain and back after its probes). A watch looks every 0.1 s at who is out
 (its flag up, or its engine not answering /health).
 
-    .venv/bin/python benchmarks/replicas.py [--clients 3] [--nights 1] [--boot 15]
+    .venv/bin/python benchmarks/replicas.py [--replica-users 3] [--nights 1] [--boot 15]
 
 The stand-in engine takes ``--boot`` seconds to load after each start (a Spark's warm restart
 takes about two minutes): the window in which a Spark restarting alone is out.
@@ -35,7 +35,8 @@ STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--clients", type=int, default=3, help="users streaming (3)")
+    # named for this benchmark: benchmarks/run.py takes every benchmark's options at once
+    parser.add_argument("--replica-users", type=int, default=3, help="users streaming (3)")
     parser.add_argument("--nights", type=int, default=1, help="nights per behaviour (1)")
     parser.add_argument(
         "--boot", type=float, default=15.0, help="the engine's load time, s (15; a Spark's ~120)"
@@ -59,7 +60,7 @@ def summary(seen: Night) -> dict[str, Any]:
 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "clients": args.clients,
+        "clients": args.replica_users,
         "boot_s": args.boot,
         "today": [],
         "in_turn": [],
@@ -68,7 +69,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         for key, replicas in (("today", False), ("in_turn", True)):
             standin = (*STANDIN, "--boot-delay", f"{args.boot:g}")
             with replica_set(bench.stage, bench.dir / f"{key}-{len(result[key])}", standin) as two:
-                result[key].append(summary(night(two, replicas, args.clients)))
+                result[key].append(summary(night(two, replicas, args.replica_users)))
             bench.stage.cleanup()  # the next night's Sparks take the same names
     return result
 

@@ -28,6 +28,13 @@ from tests.kits.daemonkit import DaemonProcess, wait_for
 from tests.kits.seed_lines import DFLASH_REPORT
 
 ALERTS = ROOT / "packaging" / "prometheus" / "alerts.yml"
+#: What only a replica exports (tests/daemon/test_rotation_daemon.py scrapes them).
+REPLICA_ONLY = {
+    "sparkwarden_replicas_serving",
+    "sparkwarden_replicas",
+    "sparkwarden_replica_in_rotation",
+    "sparkwarden_replicas_turn_taken",
+}
 
 
 # --- doctor --------------------------------------------------------------------------------------
@@ -326,8 +333,9 @@ def test_metrics_endpoint_speaks_prometheus_and_feeds_the_alerts(
     assert f'"version": "{version()}"' in daemon.text()  # run_started, in the log
     said = run_cli(None, "--version")
     assert said.returncode == 0 and said.stdout == f"sparkwarden {version()}\n", said
-    # a cluster's head only: proven on one by tests/cluster/test_cluster_docker.py
-    used = set(families) | {"sparkwarden_cluster_node_up"}
+    # a cluster's head only: proven on one by tests/cluster/test_cluster_docker.py; a replica's
+    # only: proven on one by tests/daemon/test_rotation_daemon.py
+    used = set(families) | {"sparkwarden_cluster_node_up"} | REPLICA_ONLY
     manual = "".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
     for name in set(re.findall(r"`(sparkwarden_[a-z_]+)", manual)):  # every metric the docs name
         assert name.removesuffix("_total") in used, name

@@ -28,12 +28,16 @@ from tests.kits.replicaskit import NIGHT, Replica, ReplicaSet, night, replica_se
 
 DOCS = ROOT / "docs" / "replicas.md"
 
+#: One worker runs them one after the other: each starts LiteLLM, two engines, two Nginx, an
+#: sshd and two daemons, too much at once beside the rest of the suite on two cores.
+pytestmark = pytest.mark.xdist_group("replica_set")
+
 #: The stand-in answers as a small engine does; its drain lets running answers finish.
 STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
 
 
 @pytest.mark.docker
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_two_replicas_scheduled_at_the_same_minute_restart_in_turn_and_users_never_see_it(
     stage: Stage, tmp_path: Path
 ) -> None:
@@ -87,7 +91,7 @@ def docs_commands(spark: Replica) -> None:
 
 
 @pytest.mark.docker
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_a_peer_crashing_during_the_others_planned_restart_is_recovered_and_nothing_is_cut(
     stage: Stage, tmp_path: Path
 ) -> None:

@@ -16,10 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.standin.stage import Stage, free_port, wait_healthy
 from sparkwarden.restart import rotation
-from tests.actions.test_operator_tools import Receiver
+from tests.actions.test_operator_tools import REPLICA_ONLY, Receiver
 from tests.kits.commands import history, run_cli
 from tests.kits.daemonkit import DaemonProcess, stalling, wait_for
 from tests.kits.gatewaykit import Nginx
@@ -178,6 +179,10 @@ def failed_run_stays_out(
         status = run_cli(config, "status").stdout
         assert "rotation:    OUT since" in status and f"run #{said.run}" in status, status
         scrape = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5).text
+        families = {f.name for f in text_string_to_metric_families(scrape)}
+        assert families >= REPLICA_ONLY, REPLICA_ONLY - families
+        assert "sparkwarden_replicas 2.0" in scrape
+        assert "sparkwarden_replicas_turn_taken 0.0" in scrape  # the first node unreachable
         assert "sparkwarden_replica_in_rotation 0.0" in scrape
         assert "sparkwarden_replicas_serving 0.0" in scrape  # itself out, its peer unreachable
         later = daemon.after_looks(6)

@@ -283,7 +283,8 @@ class Night:
     seconds: float
 
 
-def served(load: StreamingLoad, more: int, timeout: float = 60) -> None:
+def served(load: StreamingLoad, more: int, timeout: float = 180) -> None:
+    """``more`` answers completed from now (LiteLLM's first answers are slow on a loaded box)."""
     start = load.count("complete")
     wait_for(f"{more} more answers", lambda: load.count("complete") >= start + more, timeout)
 

@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one
-from tests.kits.replicaskit import Night, night, replica_set
+from tests.kits.replicaskit import Night, ReplicaSet, night, replica_set
 
 #: The stand-in answers as a small engine does; its drain lets running answers finish.
 STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
@@ -65,13 +65,21 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "today": [],
         "in_turn": [],
     }
+    with replica_set(bench.dir / "path") as two:
+        nights(bench, args, two, result)
+    return result
+
+
+def nights(bench: Bench, args: argparse.Namespace, two: ReplicaSet, result: dict[str, Any]) -> None:
+    """Each night on the one users' path: today's behaviour, then the replica set's."""
     for _ in range(args.nights):
         for key, replicas in (("today", False), ("in_turn", True)):
             standin = (*STANDIN, "--boot-delay", f"{args.boot:g}")
-            with replica_set(bench.stage, bench.dir / f"{key}-{len(result[key])}", standin) as two:
+            home = bench.dir / f"{key}-{len(result[key])}"
+            home.mkdir()
+            with two.night_in(bench.stage, home, standin):
                 result[key].append(summary(night(two, replicas, args.replica_users)))
-            bench.stage.cleanup()  # the next night's Sparks take the same names
-    return result
+            bench.stage.cleanup()  # the next night's Sparks take the same names and ports
 
 
 def lines(r: dict[str, Any]) -> list[Line]:

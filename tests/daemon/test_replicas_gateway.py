@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,16 @@ from tests.kits.replicaskit import NIGHT, Replica, ReplicaSet, night, replica_se
 
 DOCS = ROOT / "docs" / "replicas.md"
 
-#: One worker runs them one after the other: each starts LiteLLM, two engines, two Nginx, an
-#: sshd and two daemons, too much at once beside the rest of the suite on two cores.
+#: One worker runs them one after the other, on one users' path (LiteLLM, two Nginx, an sshd:
+#: slow to start on a loaded box), each test with engines and daemons of its own.
 pytestmark = pytest.mark.xdist_group("replica_set")
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplicaSet]:
+    with replica_set(tmp_path_factory.mktemp("replicas")) as made:
+        yield made
+
 
 #: The stand-in answers as a small engine does; its drain lets running answers finish.
 STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
@@ -39,9 +47,9 @@ STANDIN = ("--token-delay", "0.02", "--shutdown-timeout", "30")
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_two_replicas_scheduled_at_the_same_minute_restart_in_turn_and_users_never_see_it(
-    stage: Stage, tmp_path: Path
+    two: ReplicaSet, stage: Stage, tmp_path: Path
 ) -> None:
-    with replica_set(stage, tmp_path, STANDIN) as two:
+    with two.night_in(stage, tmp_path, STANDIN):
         same_minute(two)
 
 
@@ -93,10 +101,10 @@ def docs_commands(spark: Replica) -> None:
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_a_peer_crashing_during_the_others_planned_restart_is_recovered_and_nothing_is_cut(
-    stage: Stage, tmp_path: Path
+    two: ReplicaSet, stage: Stage, tmp_path: Path
 ) -> None:
     # each engine boots for 8 s: the crash comes while one replica's planned restart waits
-    with replica_set(stage, tmp_path, (*STANDIN, "--boot-delay", "8")) as two:
+    with two.night_in(stage, tmp_path, (*STANDIN, "--boot-delay", "8")):
         crash_meanwhile(two, stage)
 
 
@@ -136,9 +144,9 @@ def crash_meanwhile(two: ReplicaSet, stage: Stage) -> None:
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_peers_unreachable_keep_planned_restarts_waiting_saying_so_and_users_served(
-    stage: Stage, tmp_path: Path
+    two: ReplicaSet, stage: Stage, tmp_path: Path
 ) -> None:
-    with replica_set(stage, tmp_path, STANDIN) as two:
+    with two.night_in(stage, tmp_path, STANDIN):
         unreachable(two)
 
 
@@ -148,6 +156,13 @@ def unreachable(two: ReplicaSet) -> None:
     two.configure({"watch": {"max_uptime": "10s"}, **NIGHT})
     assert two.ssh is not None
     two.ssh.close()
+    try:
+        cut_off(two)
+    finally:
+        two.ssh.start()  # for the tests after this one
+
+
+def cut_off(two: ReplicaSet) -> None:
     two.start_daemons()
     load = StreamingLoad(two.url, clients=2, max_tokens=20).start()
     try:

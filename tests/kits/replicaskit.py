@@ -60,10 +60,13 @@ class LoopSsh:
         lines += every_host(self.key, known)
         self.config = base / "ssh_config"
         self.config.write_text("\n".join(lines))
+        self.start()
+
+    def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-        with (base / "sshd.log").open("ab") as log:
+        with (self.base / "sshd.log").open("ab") as log:
             self.proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(base / "sshd_config")],
+                [SSHD, "-D", "-e", "-f", str(self.base / "sshd_config")],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -151,31 +154,56 @@ class Watch:
 
 
 class ReplicaSet:
-    """Two replicas (``spark1`` first: it keeps the turn) behind one LiteLLM."""
+    """Two replicas (``spark1`` first: it keeps the turn) behind one LiteLLM. The users' path
+    (each Spark's Nginx, LiteLLM, the sshd) is made once; each test or night brings its own
+    engines on the Sparks' ports (:meth:`engines`), configs and daemons (:meth:`night_in`)."""
 
-    def __init__(self, stage: Stage, base: Path, standin: tuple[str, ...] = ()) -> None:
-        self.stage, self.base = stage, base
+    def __init__(self, base: Path) -> None:
+        self.base = base
         self.names = ("spark1", "spark2")
         self.replicas: list[Replica] = []
         self.ssh: LoopSsh | None = None
         self.litellm: LiteLLM | None = None
         self.folders: list[Path] = []  # made outside ``base``: removed by close()
+        self.home = base  # where this night's configs, state and logs go
         for name in self.names:
-            llm, port = stage.llm(name, *standin)
-            flags = Path(tempfile.mkdtemp(prefix=f"sw-{name}-run-"))
-            flags.chmod(0o755)  # Nginx's workers (nobody) look for the flag in it
-            self.folders.append(flags)
+            port = free_port()
+            flags = _open_dir(Path(tempfile.mkdtemp(prefix=f"sw-{name}-run-")))
+            self.folders.append(flags)  # Nginx's workers (nobody) look for the flag in it
             nginx = Nginx(base / name / "nginx", port, flag=flags / "out-of-rotation")
-            self.replicas.append(Replica(name, llm, port, nginx, flags / "out-of-rotation"))
+            self.replicas.append(Replica(name, "", port, nginx, flags / "out-of-rotation"))
 
     def start(self) -> ReplicaSet:
         for replica in self.replicas:
-            wait_healthy(replica.port)
-            replica.nginx.start()
+            replica.nginx.start()  # before its engine: a 502 until it answers
         self.ssh = LoopSsh(_open_dir(self.base / "ssh"), self.names)
         ports = tuple(r.nginx.port for r in self.replicas)
-        self.litellm = LiteLLM(self.base / "litellm", ports[0], MODEL, peers=ports[1:]).start()
+        self.litellm = LiteLLM(self.base / "litellm", ports[0], MODEL, peers=ports[1:])
+        self.litellm.start(timeout=400)  # slow to start on a loaded box
         return self
+
+    def engines(self, stage: Stage, standin: tuple[str, ...] = ()) -> None:
+        """Each Spark's stand-in engine, on its port, healthy."""
+        for replica in self.replicas:
+            replica.llm, _ = stage.llm(replica.name, *standin, port=replica.port)
+        for replica in self.replicas:
+            wait_healthy(replica.port)
+
+    @contextlib.contextmanager
+    def night_in(self, stage: Stage, home: Path, standin: tuple[str, ...] = ()) -> Iterator[None]:
+        """Engines of its own (removed by ``stage``), configs and logs under ``home``; its
+        daemons stopped and any flag it left removed at the end, for the next one."""
+        self.home = home
+        self.engines(stage, standin)
+        try:
+            yield
+        finally:
+            for replica in self.replicas:
+                if replica.daemon is not None:
+                    replica.daemon.stop()
+                    replica.daemon = None
+                with contextlib.suppress(FileNotFoundError):
+                    replica.flag.unlink()
 
     @property
     def url(self) -> str:
@@ -186,10 +214,10 @@ class ReplicaSet:
         """Each Spark's daemon config: the replica set and its rotation (``replicas``), else
         today's lone Sparks side by side; ``sections`` for both."""
         assert self.ssh is not None
-        key = self.base / "gateway-key"
+        key = self.home / "gateway-key"
         key.write_text(MASTER_KEY + "\n")
         for replica in self.replicas:
-            home = self.base / replica.name
+            home = self.home / replica.name
             home.mkdir(parents=True, exist_ok=True)
             replica.config = home / "sparkwarden.toml"
             ctl = _open_dir(Path(tempfile.mkdtemp(prefix=f"sw-{replica.name}-ctl-")))
@@ -223,7 +251,7 @@ class ReplicaSet:
 
     def start_daemons(self) -> None:
         for replica in self.replicas:
-            log = self.base / replica.name / "daemon.log"
+            log = self.home / replica.name / "daemon.log"
             replica.daemon = DaemonProcess(replica.config, log).start(ready=False)
         for replica in self.replicas:
             assert replica.daemon is not None
@@ -251,8 +279,9 @@ def _open_dir(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def replica_set(stage: Stage, base: Path, standin: tuple[str, ...] = ()) -> Iterator[ReplicaSet]:
-    made = ReplicaSet(stage, base, standin)
+def replica_set(base: Path) -> Iterator[ReplicaSet]:
+    """The users' path of two Sparks, up; everything it started ended at the end."""
+    made = ReplicaSet(base)
     try:
         yield made.start()
     finally:

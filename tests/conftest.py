@@ -92,6 +92,9 @@ def make_daemon_config(make_config: Any, tmp_path: Path) -> Any:
 #: once. The simulated nodes (``kit``) are not: a worker brings its own up in seconds, and
 #: their tests, a minute each, would be the suite's longest chain on one worker.
 SHARED = ("box", "gateway", "private_docker")
+#: Every module that runs LiteLLM (the ``gateway`` fixture's, the replica sets'): one worker,
+#: one LiteLLM at a time; two at once on two cores starve the users' streams they measure.
+LITELLM = "litellm"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -117,7 +120,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in SHARED:
             made = defs.name2fixturedefs.get(name) if defs is not None else None
             if made and made[-1].scope == "module":
-                item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+                group = LITELLM if name == "gateway" else item.module.__name__  # type: ignore[attr-defined]
+                item.add_marker(pytest.mark.xdist_group(group))
                 break
 
 

@@ -27,6 +27,7 @@ from sparkwarden.restart import docker_policy, rotation, sequence
 from sparkwarden.restart.journal import Plan, RunRecord
 from sparkwarden.restart.lock import RunLock
 from sparkwarden.restart.parts import Parts, Resume
+from sparkwarden.restart.rotation_steps import own_path_chat
 from sparkwarden.surfaces.webhooks import Webhooks
 
 log = logs.get("sparkwarden.daemon")
@@ -138,8 +139,7 @@ class Hands(ClusterHands):
         cfg, client = self.config, self.parts.own_path
         if cfg.rotation is None or client is None:
             return
-        model = cfg.llm.model or self.parts.vllm.served_model() or ""
-        outcome = client.chat(model, timeout=cfg.llm.probe_timeout)
+        outcome = own_path_chat(cfg, self.parts)
         if not outcome.ok:
             log.warning("rejoin_refused", url=cfg.rotation.url, why=why, last=outcome.detail)
             return

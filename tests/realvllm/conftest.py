@@ -1,0 +1,65 @@
+"""The real-engine tier: vLLM's own CPU build (``devtools/realvllm``) in real containers.
+
+Every test here runs on one worker, one real engine at a time: a boot takes both of CI's cores
+for half a minute, and two at once starve each other past any sound timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.realvllm import engine
+
+GROUP = "realvllm"
+
+#: The daemon's settings for the real engine: a real boot takes 30-60 s, not the stand-in's 1.
+REAL_LLM = {
+    "stop_timeout": "60s",
+    "health_timeout": "240s",
+    "probe_timeout": "60s",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here: on the real engine's one worker, selected by ``-m realvllm``."""
+    for item in items:
+        if item.path.parent == Path(__file__).parent:
+            item.add_marker(pytest.mark.docker)
+            item.add_marker(pytest.mark.realvllm)
+            item.add_marker(pytest.mark.xdist_group(GROUP))
+
+
+@pytest.fixture(scope="session")
+def real_home() -> Path:
+    """The provisioned engine (scripts/setup-vllm; setup-host made it). Missing is a failure."""
+    return engine.home()
+
+
+@pytest.fixture
+def real_config(make_config: Any, real_home: Path) -> Any:
+    """A sparkwarden config for a real engine: make_config with the real engine's timeouts."""
+
+    def make(llm: list[str], port: int, voice: list[str] | None = None, **sections: Any) -> Path:
+        sections["llm"] = {**REAL_LLM, **sections.get("llm", {})}
+        return make_config(llm, port, voice, **sections)
+
+    return make
+
+
+@pytest.fixture
+def real_llm(stage: Any, real_home: Path) -> Iterator[Any]:
+    """Start a real engine on the test's stage and wait for it: (name, port, boot seconds)."""
+
+    def start(
+        *flags: str, name: str = "tiny", role: str = "llm", wait: bool = True, **kw: Any
+    ) -> tuple[str, int, float]:
+        container, port = engine.start(stage, role, *flags, name=name, **kw)
+        seconds = engine.wait_healthy(stage.client, container, port) if wait else 0.0
+        return container, port, seconds
+
+    yield start

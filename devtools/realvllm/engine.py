@@ -130,7 +130,9 @@ def wait_healthy(
             pass
         state = client.containers.get(container).attrs["State"]
         if state["Status"] not in ("running", "created"):
-            raise RuntimeError(f"{container} exited ({state['ExitCode']}):\n{tail(client, container)}")
+            raise RuntimeError(
+                f"{container} exited ({state['ExitCode']}):\n{tail(client, container)}"
+            )
         time.sleep(0.3)
     raise TimeoutError(f"{container} not healthy in {timeout:g}s:\n{tail(client, container)}")
 
@@ -170,7 +172,9 @@ class Chat:
     error: str = ""
 
 
-def chat(port: int, model_name: str = "tiny", max_tokens: int = 8, timeout: float = 60.0, **extra: Any) -> Chat:
+def chat(
+    port: int, model_name: str = "tiny", max_tokens: int = 8, timeout: float = 60.0, **extra: Any
+) -> Chat:
     body = {
         "model": model_name,
         "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
@@ -180,7 +184,9 @@ def chat(port: int, model_name: str = "tiny", max_tokens: int = 8, timeout: floa
     }
     began = time.monotonic()
     try:
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=timeout)
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=timeout
+        )
     except httpx.HTTPError as exc:
         return Chat(None, None, time.monotonic() - began, f"{type(exc).__name__}: {exc}")
     try:
@@ -198,5 +204,3 @@ def until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:g}s")
         time.sleep(every)
-
-

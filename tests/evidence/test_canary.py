@@ -339,6 +339,27 @@ def test_own_stats_with_trimmed_drafts_do_not_count_unless_detailed_shows_the_fu
     assert not reading.valid and "trimmed" in reading.why
 
 
+def test_short_drafts_of_a_canary_alone_are_the_drafters_own_and_count_on_their_rate() -> None:
+    """ngram and suffix propose fewer than K where they find no match (vLLM 0.32.0, measured
+    on the real engine: 2.91 of 3 per step on an idle engine); with nothing else running that
+    is the drafter, not the scheduler's trim, and a greedy prompt drafts the same way each
+    time: the reading counts on accepted over proposed. Under load it still does not."""
+    stats = own_stats(0.78, trimmed=4)
+    idle = EngineMetrics(None, running=0.0, waiting=0.0, generation_tokens=10.0)
+    busy = EngineMetrics(None, running=2.0, waiting=0.0, generation_tokens=10.0)
+    answer = Answer(True, 60, 1.0, own=stats)
+
+    reading = measure("math", idle, idle, answer)
+
+    accepted = sum(j * n for j, n in enumerate(stats.acceptance_histogram))
+    assert reading.valid, reading.why
+    assert reading.draft_tokens == 40 * K - 4 and reading.accepted == accepted
+    assert reading.acceptance == pytest.approx(accepted / (40 * K - 4))
+    for before, after in ((idle, busy), (busy, idle), (None, idle)):
+        reading = measure("math", before, after, answer)
+        assert not reading.valid and "trimmed under load" in reading.why
+
+
 def test_unreadable_own_stats_name_what_is_wrong() -> None:
     bad = OwnStats.parse(
         {

@@ -7,7 +7,10 @@ A canary's acceptance comes from one of two sources, whichever the engine offers
   (``metrics.speculative_decoding``: a histogram of draft tokens accepted per verify step).
   Nobody else's drafts are in them, so such a canary counts under load too; only drafts trimmed
   under load (fewer than K proposed per step) spoil it, since a short draft cannot reach the
-  deep positions.
+  deep positions. Drafts shorter than K with nothing else running are the drafter's own:
+  ``ngram`` and ``suffix`` propose fewer tokens where they find no match (vLLM 0.32.0
+  ``ngram_proposer.py``), the same way every time for a greedy prompt, so such a reading
+  counts on its rate over the tokens proposed, which its baseline was learnt on too.
 - **counter deltas**: otherwise, the engine's ``vllm:spec_decode_*`` counters around the request.
   Those are the whole engine's, so the reading counts only if nothing else ran during it:
   request gauges 0 before and after, generation tokens grown by exactly the completion tokens the
@@ -138,7 +141,7 @@ def measure(
     if isinstance(answer.own, str):
         return _bad(prompt, answer, answer.own)
     if answer.own is not None:
-        return _from_own(prompt, answer, answer.own)
+        return _from_own(prompt, answer, answer.own, alone(before) and alone(after))
     return _from_counters(prompt, before, after, answer)
 
 
@@ -150,19 +153,29 @@ def _source(answer: Answer) -> Source:
     return "own" if answer.own is not None else "counters"
 
 
-def _from_own(prompt: str, answer: Answer, own: OwnStats) -> Reading:
-    """Per position i, the share of full-length drafts that accepted more than i tokens."""
+def alone(engine: EngineMetrics | None) -> bool:
+    """Nothing but the canary ran or waited, as a scrape around it saw the engine."""
+    return engine is not None and engine.running == 0 and engine.waiting == 0
+
+
+def _from_own(prompt: str, answer: Answer, own: OwnStats, by_itself: bool) -> Reading:
+    """Per position i, the share of full-length drafts that accepted more than i tokens; drafts
+    shorter than K count on their rate only when the canary ran ``by_itself`` (the drafter's
+    own lengths, not the scheduler's trims)."""
     histogram = own.full_histogram()
+    draft_tokens = None if histogram is None else sum(histogram) * own.num_spec_tokens
     if histogram is None:
         proposed = own.num_draft_tokens / own.num_spec_steps if own.num_spec_steps else 0.0
-        return _bad(
-            prompt,
-            answer,
-            f"drafts trimmed under load ({proposed:.2f} of {own.num_spec_tokens} tokens "
-            "proposed per step): the deep positions were not all tried",
-        )
+        if not by_itself:
+            return _bad(
+                prompt,
+                answer,
+                f"drafts trimmed under load ({proposed:.2f} of {own.num_spec_tokens} tokens "
+                "proposed per step, others running): the deep positions were not all tried",
+            )
+        histogram, draft_tokens = own.acceptance_histogram, own.num_draft_tokens
     steps = sum(histogram)
-    if steps == 0:
+    if steps == 0 or not draft_tokens:
         return _bad(prompt, answer, "nothing drafted")
     k = own.num_spec_tokens
     per_pos = tuple(sum(histogram[i + 1 :]) / steps for i in range(k))
@@ -171,7 +184,7 @@ def _from_own(prompt: str, answer: Answer, own: OwnStats) -> Reading:
         True,
         "valid",
         drafts=float(steps),
-        draft_tokens=float(steps * k),
+        draft_tokens=float(draft_tokens),
         accepted=float(sum(j * n for j, n in enumerate(histogram))),
         per_pos=per_pos,
         seconds=answer.seconds,
@@ -186,7 +199,7 @@ def _from_counters(
     if before is None or after is None or before.spec is None or after.spec is None:
         return _bad(prompt, answer, "no spec-decode metrics around the request")
     for when, engine in (("before", before), ("after", after)):
-        if engine.running != 0 or engine.waiting != 0:
+        if not alone(engine):
             return _bad(prompt, answer, f"other requests running or waiting {when} it")
     old, new = before.spec, after.spec
     if answer.completion_tokens is None:

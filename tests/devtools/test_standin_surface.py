@@ -1,5 +1,5 @@
-"""The stand-in's surface as vLLM 0.33 has it: the drain under ``--shutdown-timeout`` (a new
-request answered "abort", not refused), ``/version``, a sleeping engine, queue limits and the
+"""The stand-in's surface as vLLM has it: the drain under ``--shutdown-timeout`` (a new request
+refused with HTTP 500, as the real 0.32.0 does), ``/version``, a sleeping engine, queue limits and the
 tool-call parser's counter, each checked against what vLLM's own code does or writes."""
 
 from __future__ import annotations
@@ -70,12 +70,6 @@ class Streamer(threading.Thread):
             self.error = type(exc).__name__
 
 
-def _finish(answer: httpx.Response) -> str | None:
-    """A non-streamed answer's finish reason."""
-    reason: str | None = answer.json()["choices"][0]["finish_reason"]
-    return reason
-
-
 def _unanswered(url: str) -> bool:
     """A chat gets no answer at all (the connection refused or cut)."""
     try:
@@ -89,7 +83,9 @@ def running(url: str) -> float:
     return parse(httpx.get(f"{url}/metrics", timeout=5).text).running or 0.0
 
 
-def test_a_request_arriving_during_the_drain_is_answered_abort_not_refused() -> None:
+def test_a_request_arriving_during_the_drain_is_refused_with_vllms_500() -> None:
+    """As the real vLLM 0.32.0 does (tests/realvllm/test_drain_real.py measures it): a new
+    request during the drain gets HTTP 500 at once, streamed or not; the running one ends."""
     with standin("--token-delay", "0.05", "--shutdown-timeout", "30", "--stop-delay", "1") as (
         url,
         proc,
@@ -98,29 +94,35 @@ def test_a_request_arriving_during_the_drain_is_answered_abort_not_refused() -> 
         user.start()
         wait_for("a request in flight", lambda: running(url) >= 1, timeout=10)
         proc.send_signal(signal.SIGTERM)
-        wait_for("the drain", lambda: _finish(post(url)) == "abort", timeout=10)
+        wait_for("the drain", lambda: post(url).status_code == 500, timeout=10)
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200  # not dead: draining
         answer = post(url)
-        streamed = post(url, stream=True)
+        streamed = httpx.post(
+            f"{url}/v1/chat/completions", json={**chat_body(MODEL), "stream": True}, timeout=10
+        )
         user.join(timeout=30)
         began = time.monotonic()
         proc.wait(timeout=30)  # it exits once the running request is done, and torn down
         exited_after = time.monotonic() - began
-    assert answer.status_code == 200
-    choice = answer.json()["choices"][0]
-    assert choice["finish_reason"] == "abort" and choice["message"]["content"] == ""
-    assert answer.json()["usage"]["completion_tokens"] == 0
-    outcome = interpret_chat(200, answer.text)
-    assert not outcome.ok and "abort" in outcome.detail
-    assert [e["choices"][0].get("finish_reason") for e in streamed[:-1]] == [None, "abort"]
-    assert streamed[-1] == "[DONE]"
+    expected = {
+        "error": {
+            "message": "cannot schedule new futures after shutdown",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
+    assert answer.status_code == 500 and answer.json() == expected
+    assert streamed.status_code == 500 and streamed.json() == expected
+    outcome = interpret_chat(500, answer.text)
+    assert not outcome.ok and "HTTP 500: cannot schedule new futures" in outcome.detail
     # the request running at SIGTERM was let finish
     finishes = [c.get("finish_reason") for e in user.events[:-1] for c in e["choices"]]
     assert not user.error and finishes[-1] == "length" and user.events[-1] == "[DONE]"
     assert exited_after < 10
 
 
-def test_without_a_shutdown_timeout_running_requests_are_cut_and_none_answered_abort() -> None:
+def test_without_a_shutdown_timeout_running_requests_are_cut_and_none_answered() -> None:
     with standin("--token-delay", "0.05", "--stop-delay", "2") as (url, proc):
         user = Streamer(url, max_tokens=200)
         user.start()

@@ -32,9 +32,10 @@ SIGTERM is vLLM 0.33's ``--shutdown-timeout`` (0.27.0 on; vllm/entrypoints/launc
 ``handle_shutdown``, vllm/v1/engine/core.py ``_handle_shutdown``): with 0, its default, the running
 requests are cut mid-stream and the engine core killed at once (vllm/v1/utils.py ``shutdown``:
 terminate, then kill when the timeout is 0). With more, the running requests may finish for up to
-that long, and a request arriving meanwhile is answered at once, HTTP 200 with no token and
-``finish_reason`` "abort" (``EngineCore._reject_add_in_shutdown``, core.py 0.33.0:1785), while
-``/health`` still says 200: the HTTP server serves until the engine client has stopped. Then the
+that long, and a request arriving meanwhile is refused at once, HTTP 500 "cannot schedule new
+futures after shutdown" (the renderer's executor is shut first: vllm/renderers/base.py
+0.32.0:94, measured on the real 0.32.0; the same order in 0.33.0 and 0.34.0), while ``/health``
+still says 200: the HTTP server serves until the engine client has stopped. Then the
 teardown (``--stop-delay``), during which a new request gets no answer until the process exits.
 
 ``--sleep-level N`` starts it asleep as after vLLM's ``POST /sleep?level=N`` (``POST /sleep`` and

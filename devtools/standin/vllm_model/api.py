@@ -25,6 +25,12 @@ QUEUE_FULL = (
 )
 #: ... and for one arriving while generation is paused (``POST /pause``, core.py 0.33.0:1806)
 PAUSED = "Generation is paused. Please retry after it resumes."
+#: ... and for one arriving while it drains after SIGTERM (``--shutdown-timeout`` > 0): the API
+#: server shuts its renderer's executor before the engine core, so the request is refused in
+#: the renderer (vllm/renderers/base.py 0.32.0:94, 0.33.0 and 0.34.0:95), HTTP 500, streamed or
+#: not; ``EngineCore._reject_add_in_shutdown``'s "abort" is never reached from the same server
+#: (vllm/v1/engine/async_llm.py shutdown: 0.32.0:301-304, 0.33.0:310-313, 0.34.0:311-314)
+DRAINING = "cannot schedule new futures after shutdown"
 
 
 def chat_request(engine: Engine, body: dict[str, object], max_tokens: int) -> Request:
@@ -203,8 +209,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(503, QUEUE_FULL, "ServiceUnavailableError")
             return
         engine.chats += 1
-        if engine.stopping:  # draining after SIGTERM: answered at once, nothing generated
-            self._aborted(bool(body.get("stream")), body.get("stream_options"))
+        if engine.stopping:  # draining after SIGTERM: refused at once, streamed or not
+            self._error(500, DRAINING, "InternalServerError")
             return
         if engine.paused:  # pause_generation: new requests refused (asleep, they queue)
             self._error(503, PAUSED, "ServiceUnavailableError")
@@ -279,34 +285,6 @@ class Handler(BaseHTTPRequestHandler):
             if metrics is not None:
                 final["metrics"] = metrics
             send(final)
-        self._chunk(b"data: [DONE]\n\n")
-        self._chunk(b"")
-
-    def _aborted(self, stream: bool, options: object) -> None:
-        """What vLLM 0.33 answers a request arriving while it drains: HTTP 200, no token,
-        ``finish_reason`` "abort" (a role chunk and a finish chunk when streamed)."""
-        chat_id, created = f"chatcmpl-{self.engine.chats}", int(time.time())
-        head = {"id": chat_id, "created": created, "model": self.args.model}
-        if not stream:
-            message = {"role": "assistant", "content": "", "reasoning_content": None}
-            choice = {"index": 0, "message": {**message, "tool_calls": []}, "logprobs": None}
-            choice |= {"finish_reason": "abort", "stop_reason": None}
-            body = {**head, "object": "chat.completion", "choices": [choice]}
-            self._json(200, {**body, "usage": usage_info(0)})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        chunks: list[dict[str, object]] = [
-            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
-            {"choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]},
-        ]
-        if isinstance(options, dict) and options.get("include_usage"):
-            chunks.append({"choices": [], "usage": usage_info(0)})
-        for chunk in chunks:
-            data = {**head, "object": "chat.completion.chunk", **chunk}
-            self._chunk(f"data: {json.dumps(data)}\n\n".encode())
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 

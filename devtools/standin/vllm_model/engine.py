@@ -40,7 +40,7 @@ class Engine:
         self.extra_running = 0  # chat requests being generated now
         self.lock = threading.Lock()
         self.chats = 0
-        self.stopping = False  # SIGTERM seen: new requests are answered "abort"
+        self.stopping = False  # SIGTERM seen: new requests are refused (HTTP 500)
         self.aborting = False  # running requests are cut
         self.tearing_down = False  # the engine core is gone: new requests get no answer
         self.sleep_level: int | None = args.sleep_level  # None: awake; asleep, requests queue

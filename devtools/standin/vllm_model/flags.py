@@ -68,7 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="as vLLM 0.27.0 on: 0 cuts running requests at SIGTERM, more lets them finish "
-        "and answers new ones with finish_reason abort",
+        "and refuses new ones with HTTP 500 (vllm/renderers/base.py 0.32.0:94)",
     )
     traffic = p.add_argument_group("per-request drafting (--traffic; the drafting canary)")
     traffic.add_argument(

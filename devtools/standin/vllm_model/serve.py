@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
 
     def shut_down() -> None:
         if engine is not None:
-            # 0: no drain at all, the engine core is killed at once (nothing is answered "abort")
+            # 0: no drain at all, the engine core is killed at once (nothing is refused: unanswered)
             engine.stopping = args.shutdown_timeout > 0
             deadline = time.monotonic() + args.shutdown_timeout
             while engine.extra_running and time.monotonic() < deadline:

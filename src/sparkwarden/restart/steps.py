@@ -358,7 +358,7 @@ def in_flight_note(running: int, shutdown_grace: float | None) -> str:
     if shutdown_grace:
         return (
             f"{running} request(s) running, given up to {shutdown_grace:g}s to finish; "
-            "requests arriving meanwhile were answered empty (finish_reason abort)"
+            "requests arriving meanwhile were refused with HTTP 500 (vLLM's drain)"
         )
     return (
         f"{running} request(s) running and cut: the engine has no --shutdown-timeout "

@@ -449,9 +449,9 @@ def _shutdown(
             name,
             "drain-answers",
             f"--shutdown-timeout {drain:g}: while vLLM lets running requests finish after "
-            "SIGTERM, a new request gets an empty answer at once (HTTP 200, finish_reason "
-            "'abort'; through LiteLLM: 'stop'), not an error (vllm/v1/engine/core.py "
-            "_reject_add_in_shutdown)",
+            "SIGTERM, a new request is refused at once with HTTP 500 'cannot schedule new "
+            "futures after shutdown' (vllm/renderers/base.py 0.32.0:94; 0.33 and 0.34 the "
+            "same); a gateway with another replica retries it there (LiteLLM retries a 500)",
             "none: the price of not cutting running requests; sparkwarden's drain waits for "
             "quiet first, and vLLM's lasts only as long as the longest running request",
         )

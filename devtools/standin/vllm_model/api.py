@@ -127,8 +127,10 @@ class Handler(BaseHTTPRequestHandler):
         self._json(404, {"detail": "Not Found"})
 
     def get_health(self) -> None:
-        """200 while it drains, asleep or not (the engine is not dead)."""
-        self._send(503 if self.args.mode == "never-healthy" else 200, b"")
+        """200 while it drains, asleep or not (the engine is not dead); 503 once its engine
+        core died, until the server exits (vllm/entrypoints/serve/instrumentator/health.py)."""
+        dead = self.args.mode == "never-healthy" or self.engine.dead
+        self._send(503 if dead else 200, b"")
 
     def get_version(self) -> None:
         self._json(200, {"version": self.args.vllm_version})

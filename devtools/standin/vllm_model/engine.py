@@ -42,6 +42,7 @@ class Engine:
         self.chats = 0
         self.stopping = False  # SIGTERM seen: new requests are refused (HTTP 500)
         self.aborting = False  # running requests are cut
+        self.dead = False  # the engine core died: /health 503 until the server exits
         self.tearing_down = False  # the engine core is gone: new requests get no answer
         self.sleep_level: int | None = args.sleep_level  # None: awake; asleep, requests queue
         self.paused = False  # POST /pause (pause_generation): new requests refused with 503

@@ -28,7 +28,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--mode", default="ok", choices=["ok", "never-healthy", "chat-fails", "zombie"])
     p.add_argument("--error-shape", default="nested", choices=["nested", "flat"])
     p.add_argument(
-        "--crash-after", type=float, default=None, help="exit 1 this long after the process starts"
+        "--crash-after",
+        type=float,
+        default=None,
+        help="the engine core dies this long after the process starts: exit 1 while loading; "
+        "serving, /health 503 for --dying-for, then exit 0 (as vLLM 0.32.0 does)",
+    )
+    p.add_argument(
+        "--dying-for",
+        type=float,
+        default=0.5,
+        help="a serving engine's death: /health 503 this long before the server exits 0",
     )
     p.add_argument(
         "--crash-once",

@@ -59,7 +59,14 @@ def main(argv: list[str]) -> None:
             time.sleep(args.crash_after)
             print("EngineCore died", flush=True)
             crashed_before.touch()
-            os._exit(1)
+            if engine is None:  # while loading: the start fails, exit 1
+                os._exit(1)
+            # serving: /health says 503 until the API server's watchdog (every 5 s, or at
+            # once on a request) ends the server, which exits 0 (vllm/entrypoints/launcher.py
+            # 0.32.0:312-332; measured on the real 0.32.0: 0.4 to 4 s, exit code 0)
+            engine.dead = True
+            time.sleep(args.dying_for)
+            os._exit(0)
 
         threading.Thread(target=crash, daemon=True).start()
     if args.headless:

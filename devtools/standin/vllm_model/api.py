@@ -77,22 +77,14 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, code: int, payload: object) -> None:
         self._send(code, json.dumps(payload).encode())
 
-    def _error(self, code: int, message: str, kind: str = "BadRequestError") -> None:
+    def _error(
+        self, code: int, message: str, kind: str = "BadRequestError", param: str | None = None
+    ) -> None:
+        error = {"message": message, "type": kind, "param": param, "code": code}
         if self.args.error_shape == "flat":
-            self._json(
-                code,
-                {
-                    "object": "error",
-                    "message": message,
-                    "type": kind,
-                    "param": None,
-                    "code": code,
-                },
-            )
+            self._json(code, {"object": "error", **error})
         else:
-            self._json(
-                code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
-            )
+            self._json(code, {"error": error})
 
     def _authorised(self) -> bool:
         if not self.args.api_key:
@@ -199,7 +191,11 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, "invalid JSON body")
             return
         if body.get("model") != args.model:
-            self._error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+            # vllm/entrypoints/serve/engine/serving.py 0.32.0 to 0.34.0:77-84
+            missing = (
+                f"The model `{body.get('model')}` does not exist. Valid aliases: {args.model}."
+            )
+            self._error(404, missing, "NotFoundError", "model")
             return
         if engine.tearing_down:  # the engine core is gone: no answer until the server exits
             time.sleep(3600)

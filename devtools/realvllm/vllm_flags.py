@@ -54,13 +54,13 @@ def reading(argv: list[str]) -> dict[str, Any]:
         found[name] = getattr(args, field, None)
     engine_args = EngineArgs.from_cli_args(args)
     made = arg_utils.SpeculativeConfig
-    arg_utils.SpeculativeConfig = lambda **kw: kw  # type: ignore[assignment, misc]
+    arg_utils.SpeculativeConfig = lambda **kw: kw
     try:
-        spec = engine_args.create_speculative_config(None, None)  # type: ignore[arg-type]
+        spec = engine_args.create_speculative_config(None, None)
     except ValueError as exc:
         return {"refused": [str(exc)]}
     finally:
-        arg_utils.SpeculativeConfig = made  # type: ignore[misc]
+        arg_utils.SpeculativeConfig = made
     if spec is not None:
         spec = {k: v for k, v in dict(spec).items() if not k.startswith("target_")}
     found["speculative"] = spec

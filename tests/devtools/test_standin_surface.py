@@ -1,6 +1,6 @@
 """The stand-in's surface as vLLM has it: the drain under ``--shutdown-timeout`` (a new request
-refused with HTTP 500, as the real 0.32.0 does), ``/version``, a sleeping engine, queue limits and the
-tool-call parser's counter, each checked against what vLLM's own code does or writes."""
+refused with HTTP 500, as the real 0.32.0 does), ``/version``, a sleeping engine, queue limits
+and the tool-call parser's counter, each checked against what vLLM's own code does or writes."""
 
 from __future__ import annotations
 

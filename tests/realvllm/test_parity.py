@@ -240,11 +240,11 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
         ),
         "stand-in": Engine(
             "stand-in",
-            "standin",
+            "tiny",
             lambda *flags: stage.llm(
                 f"standin-{time.monotonic_ns()}",
                 "--model",
-                "standin",
+                "tiny",
                 "--boot-delay",
                 "5",
                 "--token-delay",
@@ -268,9 +268,9 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
     )
     crashing = Engine(
         "stand-in",
-        "standin",
+        "tiny",
         lambda *flags: stage.llm(
-            f"standin-{time.monotonic_ns()}", "--model", "standin", "--crash-after", "6", *flags
+            f"standin-{time.monotonic_ns()}", "--model", "tiny", "--crash-after", "6", *flags
         ),
         0,
     )

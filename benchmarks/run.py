@@ -31,6 +31,7 @@ ALL = (
     "gateway",
     "cluster_restart",
     "replicas",
+    "real_engine",
 )
 
 

@@ -16,7 +16,6 @@ import functools
 import os
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import docker
 import httpx
 
 from devtools.standin.stage import Stage, free_port
+from sparkwarden.vllm.client import chat_body
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = ROOT / "scripts" / "setup-vllm"
@@ -175,13 +175,7 @@ class Chat:
 def chat(
     port: int, model_name: str = "tiny", max_tokens: int = 8, timeout: float = 60.0, **extra: Any
 ) -> Chat:
-    body = {
-        "model": model_name,
-        "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        **extra,
-    }
+    body = {**chat_body(model_name, max_tokens), **extra}
     began = time.monotonic()
     try:
         reply = httpx.post(
@@ -194,13 +188,3 @@ def chat(
     except ValueError:
         payload = reply.text
     return Chat(reply.status_code, payload, time.monotonic() - began)
-
-
-def until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        if value := check():
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:g}s")
-        time.sleep(every)

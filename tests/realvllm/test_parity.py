@@ -23,7 +23,7 @@ import pytest
 
 from devtools.realvllm import engine as real
 from devtools.standin.stage import Stage, wait_healthy
-from sparkwarden.vllm.client import interpret_chat
+from sparkwarden.vllm.client import chat_body, interpret_chat
 from sparkwarden.vllm.metrics import parse
 from tests.kits.daemonkit import wait_for
 
@@ -67,13 +67,7 @@ def health(port: int) -> str:
 
 def chat(port: int, model: str, max_tokens: int = 4, stream: bool = False) -> dict[str, Any]:
     """What a client sees of one chat: status, the shapes of its JSON, its finish reason."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Reply with the single word: ready"}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": stream,
-    }
+    body = {**chat_body(model, max_tokens), "stream": stream}
     try:
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
     except httpx.HTTPError as exc:
@@ -103,13 +97,7 @@ def chat(port: int, model: str, max_tokens: int = 4, stream: bool = False) -> di
 
 def streamed(port: int, model: str, max_tokens: int) -> dict[str, Any]:
     """A streamed answer read to its end: status, the last finish reason, [DONE] or not."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Tell me a long story."}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-    }
+    body = {**chat_body(model, max_tokens, "Tell me a long story."), "stream": True}
     seen: dict[str, Any] = {"status": None, "finish_reason": None, "done": False}
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:

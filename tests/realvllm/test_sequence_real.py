@@ -10,19 +10,13 @@ from typing import Any
 from devtools.realvllm import engine
 from devtools.standin.stage import Stage
 from sparkwarden.restart.step_names import STEPS
+from tests.daemon.test_daemon_docker import FAST
 from tests.kits.commands import history, run_cli
 from tests.kits.daemonkit import Daemons, wait_for
 from tests.kits.soundness import assert_sound
 
 #: The daemon's quick loop (tests/daemon's FAST) with the real engine's boot and stop times.
-DAEMON = {
-    "watch": {"interval": "0.5s", "boot_grace": "0s"},
-    "health": {"interval": "1s", "timeout": "2s", "chat_interval": "0s", "failures": 2},
-    "schedule": {"cron": ""},
-    "budget": {"backoff": "1s"},
-    "drain": {"quiet": "0s", "deadline": "10s"},
-    "docker": {"timeout": "30s", "retry_for": "10s"},
-}
+DAEMON = {**FAST, "docker": {"timeout": "30s", "retry_for": "10s"}}
 
 
 def steps_of(run: dict[str, Any]) -> dict[str, str]:

@@ -14,7 +14,7 @@ import pytest
 from devtools.realvllm import engine
 from devtools.standin.stage import Stage
 from sparkwarden.vllm import metrics
-from sparkwarden.vllm.client import own_stats
+from sparkwarden.vllm.client import chat_body, own_stats
 from sparkwarden.vllm.spec_payload import OwnStats
 from tests.kits.daemonkit import Daemons, wait_for
 
@@ -39,12 +39,7 @@ def ask(port: int, prompt: str, max_tokens: int = 48) -> dict[str, Any]:
     reply = httpx.post(
         f"http://127.0.0.1:{port}/v1/chat/completions",
         timeout=120,
-        json={
-            "model": "tiny",
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-        },
+        json=chat_body("tiny", max_tokens, prompt),
     )
     assert reply.status_code == 200, reply.text
     return dict(reply.json())

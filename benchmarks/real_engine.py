@@ -63,7 +63,9 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 
     def timed(argv: list[str]) -> float:
         t = time.perf_counter()
-        subprocess.run(argv, cwd=ROOT, check=True, capture_output=True)
+        done = subprocess.run(argv, cwd=ROOT, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{argv[1:]} exited {done.returncode}: {done.stderr[-2000:]}")
         return time.perf_counter() - t
 
     pairs = [(timed(bare), timed(ours)) for _ in range(args.real_pairs)]
@@ -85,7 +87,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         began = kill()
         while bench.stage.status(llm) == "running":
             time.sleep(1.0)
-        subprocess.run(bare, cwd=ROOT, check=True, capture_output=True)
+        timed(bare)
         bare_crash.append(serving_again(port, began))
     daemon_config = bench.config(
         "real-daemon",

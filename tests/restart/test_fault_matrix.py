@@ -43,6 +43,7 @@ from tests.kits.commands import (
 )
 from tests.kits.daemonkit import DaemonProcess, Daemons, stalling, wait_for
 from tests.kits.privatedocker import PrivateDocker
+from tests.kits.signals import AS_TYPED
 from tests.kits.soundness import answers_chat, assert_sound
 
 pytestmark = pytest.mark.docker
@@ -994,7 +995,8 @@ def test_a_foreground_run_goes_on_through_every_key_and_a_dropped_terminal(
     shell, terminal = pty.fork()
     if shell == 0:  # the child: the operator's shell on the terminal
         os.chdir(ROOT)
-        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], {**os.environ, "PS1": "$ "})
+        shell_argv = [*AS_TYPED, "bash", "--norc", "--noprofile", "-i"]
+        os.execvpe(shell_argv[0], shell_argv, {**os.environ, "PS1": "$ "})
     restart = None
     try:
         since = time.time()

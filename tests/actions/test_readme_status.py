@@ -12,6 +12,7 @@ import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
 from tests.daemon.test_daemon_docker import CANARY_FAST
+from tests.kits.clock import nightly_far_from_now
 from tests.kits.commands import run_cli
 from tests.kits.daemonkit import DaemonProcess, wait_for
 
@@ -71,7 +72,7 @@ def test_readmes_first_status_is_what_a_daemon_prints(
         [llm],
         port,
         [],
-        schedule={"cron": "30 4 * * *"},
+        schedule=nightly_far_from_now(),  # README's 04:30 fired in a run at 04:30
         watch={"interval": "0.5s", "boot_grace": "0s", "max_uptime": "30h"},
         health={"chat_interval": "2s"},
         acceptance=CANARY_FAST,

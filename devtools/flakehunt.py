@@ -309,8 +309,17 @@ def run_round(
         except subprocess.TimeoutExpired:  # its tests are counted failed: no report
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        except BaseException:  # the hunt stopped (Ctrl-C, SIGTERM): the round's tests clean up
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait()
+            raise
     wanted = [nodeid for nodeid in expected for _ in range(copies)]
     return outcomes(log.read_text().splitlines(), mode, round_, wanted)
+
+
+def _as_interrupt(_signum: int, _frame: object) -> None:
+    """SIGTERM ends the hunt as Ctrl-C does: the round under way is told to end first."""
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -336,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="keep each round's output in this folder")
     parser.add_argument("selection", nargs="+", help="pytest's arguments: what to run")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _as_interrupt)
     modes = [m for m in args.modes.split(",") if m]
     if bad := [m for m in modes if m not in MODES]:
         parser.error(f"unknown mode(s) {', '.join(bad)}: of {', '.join(MODES)}")

@@ -29,7 +29,7 @@ from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Outcome
 from sparkwarden.surfaces.control import Peer
-from sparkwarden.surfaces.control_schema import HoldRequest, StatusRequest
+from sparkwarden.surfaces.control_schema import HoldRequest, RestartRequest, StatusRequest
 from sparkwarden.vllm.client import ChatOutcome, Health
 
 
@@ -197,6 +197,41 @@ def test_status_before_the_first_look_is_starting_never_an_empty_snapshot(
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": False, "error": STARTING}
     published.update({"daemon": {"running": True, "looks": 1}})
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": True, "status": published}
+
+
+UNNAMED = "reason schedule, pid 7, since T"
+
+
+@pytest.mark.parametrize(
+    ("holders", "said"),
+    [
+        # the lock taken a moment before the run's first step names the run in it
+        ([UNNAMED, UNNAMED, f"run #3, {UNNAMED}"], f"run #3, {UNNAMED}"),
+        ([UNNAMED, None], UNNAMED),  # the run ended before it had a number: said as it was
+    ],
+)
+def test_a_request_refused_for_a_run_under_the_lock_names_its_number(
+    tmp_path: Path, holders: list[str | None], said: str
+) -> None:
+    """Issue 45: a restart asked between the daemon's run taking the lock and its first step
+    was refused naming no run ("reason schedule, pid ..."), where every refusal names the run
+    that won (test_two_restarts_and_a_schedule_at_once_make_one_sequence, in CI)."""
+    config = parse(
+        {"llm": {"containers": ["v"], "base_url": "http://127.0.0.1:9"}, "state": {"dir": tmp_path}}
+    )
+
+    def busy() -> str | None:  # the lock as each look finds it, the last one from then on
+        return holders.pop(0) if len(holders) > 1 else holders[0]
+
+    handlers = Handlers(config, queue.Queue(), dict, busy, lambda: None)
+    answers = handlers(RestartRequest(cmd="restart"), Peer(1, 0, 0))
+    assert isinstance(answers, Iterator)
+    first = next(answers)
+    assert first == {
+        "ok": False,
+        "error": f"another sequence is running: {said}",
+        "watch_mode": "act",
+    }, first
 
 
 def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(

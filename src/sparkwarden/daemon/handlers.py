@@ -109,6 +109,26 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
     raise SparkwardenError(f"unknown request {request!r}")
 
 
+#: How long a refusal waits for the run it lost to to have a number: the run lock is taken a
+#: moment before the journal's run begins (and the lock names it).
+NAMING_WAIT = 10.0
+
+
+def _named(busy: Callable[[], str | None], holder: str) -> str:
+    """The run under the lock that refused a request, by its run number once the lock names
+    it (a request that came between the lock and the run's first step was refused naming none:
+    "reason schedule, pid ..." where the operator was promised "run #N"). Said as it was if the
+    run ended first, or no number comes within :data:`NAMING_WAIT`."""
+    deadline = time.monotonic() + NAMING_WAIT
+    while "run #" not in holder and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = busy()
+        if now is None:
+            break
+        holder = now
+    return holder
+
+
 def _naming(call: ManualCall) -> str:
     """The operator's sequence a refused request lost to, by its run number once it has one."""
     call.started.wait(timeout=10.0)
@@ -194,6 +214,8 @@ class Handlers:
                 self.manual_call = call
         if queued is not None:
             busy = _naming(queued)  # waits, outside the lock, for it to have a run number
+        elif busy:
+            busy = _named(self.busy, busy)  # the same for a run the lock holds
         mode = {"watch_mode": self.config.watch.mode}
         if busy:
             yield {"ok": False, "error": f"another sequence is running: {busy}", **mode}

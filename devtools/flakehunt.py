@@ -295,7 +295,7 @@ def run_round(
     logs: Path,
 ) -> list[Outcome]:
     log = logs / f"{mode}-{round_}.jsonl"
-    log.touch()
+    log.write_text("")  # a kept folder used again: this round only
     argv = round_argv(mode, selection, args.workers)
     copies = args.workers if mode == "parallel" else 1
     env = {**os.environ, LOG: str(log), COPIES: str(copies)}

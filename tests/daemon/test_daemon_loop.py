@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ import pytest
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
+from sparkwarden.daemon import handlers as handlers_module
 from sparkwarden.daemon import loop as loop_module
 from sparkwarden.daemon.handlers import STARTING, WAKE, Handlers, apply_admin
 from sparkwarden.daemon.intents import RunEnded
@@ -232,6 +234,46 @@ def test_a_request_refused_for_a_run_under_the_lock_names_its_number(
         "error": f"another sequence is running: {said}",
         "watch_mode": "act",
     }, first
+
+
+def test_requests_queued_behind_a_run_that_took_the_lock_first_name_that_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: an operator's request queued for the loop, then a schedule's run taking the
+    lock first (the loop is in it): a second request was refused naming the queued call ("an
+    operator's (manual)", a run that never was), and the first, not taken up within its wait,
+    was told "the daemon is busy". Both name the run that holds the lock."""
+    monkeypatch.setattr(handlers_module, "CLAIM_WAIT", 2.0, raising=False)
+    config = parse(
+        {"llm": {"containers": ["v"], "base_url": "http://127.0.0.1:9"}, "state": {"dir": tmp_path}}
+    )
+    lock: list[str | None] = [None]
+    handlers = Handlers(config, queue.Queue(), dict, lambda: lock[0], lambda: None)
+    first: list[dict[str, Any]] = []
+
+    def ask() -> None:
+        answers = handlers(RestartRequest(cmd="restart"), Peer(1, 0, 0))
+        assert isinstance(answers, Iterator)
+        first.append(next(answers))
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_until(lambda: handlers.manual_call is not None)  # queued: the loop has not taken it
+    lock[0] = f"run #1, {UNNAMED}"  # the loop runs the schedule's restart instead
+    answers = handlers(RestartRequest(cmd="restart"), Peer(2, 0, 0))
+    assert isinstance(answers, Iterator)
+    second = next(answers)
+    asker.join(timeout=30)
+    refused = {"ok": False, "error": f"another sequence is running: run #1, {UNNAMED}"}
+    assert second == {**refused, "watch_mode": "act"}
+    assert first == [{**refused, "watch_mode": "act"}]
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(

@@ -31,7 +31,8 @@ def shape(line: str, llm: str) -> str:
     """A line with what varies between boxes made a placeholder: names, figures, times, the
     probe's answer, where the canary's figures come from."""
     line = line.replace(llm, "NAME").replace("vllm-35b", "NAME")
-    line = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d \w+", "TIME", line)
+    # a zone with no abbreviation prints its offset ("+14" in Pacific/Kiritimati)
+    line = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d (\w+|[+-]\d+)", "TIME", line)
     line = re.sub(r"\b\d+[dhm]\d\d[hms]\b", "DUR", line)
     line = re.sub(r"answered '[^']*'? \(finish_reason \w+\)", "answered TEXT", line)
     line = re.sub(r"own stats|idle only", "SOURCE", line)

@@ -8,10 +8,14 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from sparkwarden.actions.foreground import HELD, uncut
 from sparkwarden.cli import EXIT_READER_GONE
+from tests.kits.signals import as_at_a_terminal
 
 
+@as_at_a_terminal()
 def test_the_terminal_s_signals_are_held_and_said_then_given_back() -> None:
     before = {signum: signal.getsignal(signum) for signum in (*HELD, signal.SIGTSTP)}
     with uncut("the restart") as came:
@@ -23,16 +27,18 @@ def test_the_terminal_s_signals_are_held_and_said_then_given_back() -> None:
     assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
-def test_a_sighup_nohup_ignored_stays_ignored() -> None:
-    """Under ``nohup`` (or a redirect), a hang-up is no news: the output is not moved."""
-    was = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT, signal.SIGQUIT])
+def test_a_signal_ignored_at_start_stays_ignored(signum: signal.Signals) -> None:
+    """Under ``nohup`` a hang-up is no news (the output is not moved), and a script's
+    background job (``sparkwarden restart &``) is not the terminal's to interrupt: the shell
+    ignored SIGINT and SIGQUIT for it. Such a run goes on quietly, as any run goes on."""
+    with as_at_a_terminal():
+        signal.signal(signum, signal.SIG_IGN)
         with uncut("the restart") as came:
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGHUP)
+            assert signal.getsignal(signum) is signal.SIG_IGN
+            os.kill(os.getpid(), signum)
         assert came == []
-    finally:
-        signal.signal(signal.SIGHUP, was)
+        assert signal.getsignal(signum) is signal.SIG_IGN
 
 
 def test_a_reader_that_quit_ends_any_command_quietly(make_config: Any) -> None:

@@ -196,6 +196,11 @@ def test_the_daemon_on_the_head_repairs_a_cut_run_and_restarts_a_dead_rank(
         kit,
         tmp_path,
         worker_voice=True,
+        # vLLM's own VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: the kit's 2 s let a health chat that
+        # came after the kill end the head's engine before the head's second look over SSH (a
+        # loaded box), and the cluster was restarted for that crash instead: the two looks
+        # this test is about were never said
+        head_args=("--collective-timeout", "300"),
         cluster={"watch_interval": "1s"},
         watch={"interval": "1s"},
         control={"socket": str(tmp_path / "control.sock"), "group": ""},

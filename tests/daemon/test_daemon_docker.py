@@ -20,6 +20,7 @@ from sparkwarden.base import faults
 from sparkwarden.evidence.canary import WORKLOAD_NOT_DRAFTER
 from sparkwarden.surfaces import control
 from sparkwarden.vllm import metrics
+from tests.kits.clock import missed_a_minute_ago
 from tests.kits.commands import run_cli, running_step, start_cli
 from tests.kits.daemonkit import DaemonProcess, Daemons, NotifySink, wait_for
 from tests.kits.soundness import assert_sound, no_overlap
@@ -497,9 +498,9 @@ def test_a_hold_mid_drain_ends_the_drain_and_status_says_held(
 def test_missed_schedule_is_made_up_at_boot_after_a_drain(stage: Stage, start_daemon: Any) -> None:
     llm, port = stage.llm("llm")
     wait_healthy(port)
-    daemon = start_daemon(
-        [llm], port, [], schedule={"cron": "* * * * *", "missed_grace": "2m", "min_uptime": "0s"}
-    )
+    # one run missed a minute ago, the next a day away: "* * * * *" fired again a minute later
+    # when the daemon started late in a minute, and `why` then told of run #2
+    daemon = start_daemon([llm], port, [], schedule=missed_a_minute_ago(min_uptime="0s"))
     run = wait_for("a schedule run", lambda: daemon.runs_with("schedule"), timeout=60)[0]
     assert run["result"] == "ok"
     assert "making up the run due at" in daemon.text()

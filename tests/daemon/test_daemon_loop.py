@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ import pytest
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import parse
+from sparkwarden.daemon import handlers as handlers_module
 from sparkwarden.daemon import loop as loop_module
 from sparkwarden.daemon.handlers import STARTING, WAKE, Handlers, apply_admin
 from sparkwarden.daemon.intents import RunEnded
@@ -29,7 +31,7 @@ from sparkwarden.daemon.loop import Daemon
 from sparkwarden.restart.journal import Journal
 from sparkwarden.restart.parts import Outcome
 from sparkwarden.surfaces.control import Peer
-from sparkwarden.surfaces.control_schema import HoldRequest, StatusRequest
+from sparkwarden.surfaces.control_schema import HoldRequest, RestartRequest, StatusRequest
 from sparkwarden.vllm.client import ChatOutcome, Health
 
 
@@ -197,6 +199,81 @@ def test_status_before_the_first_look_is_starting_never_an_empty_snapshot(
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": False, "error": STARTING}
     published.update({"daemon": {"running": True, "looks": 1}})
     assert handlers(asked, Peer(1, 0, 0)) == {"ok": True, "status": published}
+
+
+UNNAMED = "reason schedule, pid 7, since T"
+
+
+@pytest.mark.parametrize(
+    ("holders", "said"),
+    [
+        # the lock taken a moment before the run's first step names the run in it
+        ([UNNAMED, UNNAMED, f"run #3, {UNNAMED}"], f"run #3, {UNNAMED}"),
+        ([UNNAMED, None], UNNAMED),  # the run ended before it had a number: said as it was
+    ],
+)
+def test_a_request_refused_for_a_run_under_the_lock_names_its_number(
+    tmp_path: Path, holders: list[str | None], said: str
+) -> None:
+    """Issue 45: a restart asked between the daemon's run taking the lock and its first step
+    was refused naming no run ("reason schedule, pid ..."), where every refusal names the run
+    that won (test_two_restarts_and_a_schedule_at_once_make_one_sequence, in CI)."""
+    config = parse(
+        {"llm": {"containers": ["v"], "base_url": "http://127.0.0.1:9"}, "state": {"dir": tmp_path}}
+    )
+
+    def busy() -> str | None:  # the lock as each look finds it, the last one from then on
+        return holders.pop(0) if len(holders) > 1 else holders[0]
+
+    handlers = Handlers(config, queue.Queue(), dict, busy, lambda: None)
+    answers = handlers(RestartRequest(cmd="restart"), Peer(1, 0, 0))
+    assert isinstance(answers, Iterator)
+    first = next(answers)
+    assert first == {
+        "ok": False,
+        "error": f"another sequence is running: {said}",
+        "watch_mode": "act",
+    }, first
+
+
+def test_requests_queued_behind_a_run_that_took_the_lock_first_name_that_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: an operator's request queued for the loop, then a schedule's run taking the
+    lock first (the loop is in it): a second request was refused naming the queued call ("an
+    operator's (manual)", a run that never was), and the first, not taken up within its wait,
+    was told "the daemon is busy". Both name the run that holds the lock."""
+    monkeypatch.setattr(handlers_module, "CLAIM_WAIT", 2.0, raising=False)
+    config = parse(
+        {"llm": {"containers": ["v"], "base_url": "http://127.0.0.1:9"}, "state": {"dir": tmp_path}}
+    )
+    lock: list[str | None] = [None]
+    handlers = Handlers(config, queue.Queue(), dict, lambda: lock[0], lambda: None)
+    first: list[dict[str, Any]] = []
+
+    def ask() -> None:
+        answers = handlers(RestartRequest(cmd="restart"), Peer(1, 0, 0))
+        assert isinstance(answers, Iterator)
+        first.append(next(answers))
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_until(lambda: handlers.manual_call is not None)  # queued: the loop has not taken it
+    lock[0] = f"run #1, {UNNAMED}"  # the loop runs the schedule's restart instead
+    answers = handlers(RestartRequest(cmd="restart"), Peer(2, 0, 0))
+    assert isinstance(answers, Iterator)
+    second = next(answers)
+    asker.join(timeout=30)
+    refused = {"ok": False, "error": f"another sequence is running: run #1, {UNNAMED}"}
+    assert second == {**refused, "watch_mode": "act"}
+    assert first == [{**refused, "watch_mode": "act"}]
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_an_engine_named_past_max_uptime_is_not_restarted_before_its_notice(

@@ -463,3 +463,70 @@ def test_in_observe_mode_a_noted_restart_never_swallows_the_triggers_after_it() 
     fresh, _ = apply(Mind(), verdict, T)
     assert gates.forget_noted(fresh, recorded(read_at=T), back, watching).pending is not None
     assert gates.forget_noted(fresh, noted, back, CFG).pending is not None
+
+
+def _carried_out(known: Recorded, intents: list[do.Intent], t: float) -> Recorded:
+    """The journal's facts after the hands carried ``intents`` out (as ``act.Hands`` does)."""
+    for intent in intents:
+        if isinstance(intent, do.Adopt):
+            known = replace(known, engine=intent.engine, operator_stopped=None)
+        elif isinstance(intent, do.NoteOperatorStop):
+            known = replace(known, operator_stopped=intent.stop)
+    return replace(known, read_at=t)
+
+
+@pytest.mark.parametrize("burst", ["before the look", "after the look"])
+def test_an_operators_docker_restart_is_over_whenever_its_burst_of_events_comes(
+    burst: str,
+) -> None:
+    """Issue 45 item 1: a stand-in exits at once, so ``docker restart``'s kill, die, stop and
+    start reach the daemon in one burst, which may come after the look that saw the engine up
+    again. The stop it tells of was then noted after the adoption and stayed: status said
+    ``operator_stopped`` over a serving engine and every later automatic restart was refused."""
+    again = T0 + timedelta(seconds=0.3)  # Docker's start, 0.3 s after the operator's kill
+    burst_events = [
+        ContainerEvent("vllm", "kill", T, signal="15", id="A"),
+        ContainerEvent("vllm", "die", T + 0.1, exit_code=0, id="A"),
+        ContainerEvent("vllm", "stop", T + 0.1, id="A"),
+        ContainerEvent("vllm", "start", T + 0.3, id="A"),
+    ]
+    world = World((box(started=again),))
+    mind, known = Mind(), recorded()
+
+    def look(t: float) -> None:
+        nonlocal mind, known
+        mind, intents = apply(mind, reconcile(known, world, t, CFG), t)
+        known = _carried_out(known, intents, t)
+
+    def deliver() -> None:  # all at once, each seeing the engine up again
+        nonlocal mind, known
+        for event in burst_events:
+            mind, intents = decide.on_event(mind, EventSeen(event, now=world.states[0]), CFG)
+            known = _carried_out(known, intents, T + 0.5)
+
+    if burst == "before the look":
+        deliver()
+        assert known.operator_stopped == OperatorStop("vllm", "A", T + 0.1)
+        look(T + 0.6)
+    else:
+        look(T + 0.4)
+        deliver()
+        assert known.operator_stopped == OperatorStop("vllm", "A", T + 0.1)
+        look(T + 0.9)  # the next look: the stop is over
+    assert known.operator_stopped is None
+    assert known.engine == Identity.of(world.states[0])
+    # nothing holds a later automatic restart back
+    mind, _ = decide.want(mind, "uptime", "vllm up too long", T + 1)
+    _, said = gates.gate(mind, replace(known, read_at=T + 1), world.states[0], None, T + 1, CFG)
+    assert "trigger_refused" not in [i.event for i in said if isinstance(i, do.Say)]
+    # the engine believed in, looked at again: nothing more to adopt or say
+    verdict = reconcile(known, world, T + 2, CFG)
+    assert verdict.intents == [] and verdict.want is None
+
+
+def test_a_stop_by_hand_after_the_engine_started_stays() -> None:
+    """Only a stop older than the engine's start is over: the candidate stopped later stays
+    stopped by hand."""
+    later = OperatorStop("vllm", "A", BOOTED.timestamp() + 60)
+    verdict = reconcile(recorded(operator_stopped=later), World((box(),)), T, CFG)
+    assert verdict.intents == []

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.kits.signals import AS_TYPED
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -113,9 +115,10 @@ class _Checked(subprocess.Popen[str]):
 
 
 def start_cli(config: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """``sparkwarden ARGS`` in the background (the caller waits for it or kills it)."""
+    """``sparkwarden ARGS`` in the background (the caller waits for it or kills it), with the
+    signals of a command typed at a terminal (:data:`~tests.kits.signals.AS_TYPED`)."""
     proc = _Checked(
-        [sys.executable, "-m", "sparkwarden", "--config", str(config), *args],
+        [*AS_TYPED, sys.executable, "-m", "sparkwarden", "--config", str(config), *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

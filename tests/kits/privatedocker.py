@@ -21,6 +21,7 @@ import docker
 import docker.errors
 
 from tests.kits.commands import ROOT
+from tests.kits.signals import AS_TYPED
 
 
 class PrivateDocker:
@@ -114,10 +115,11 @@ class PrivateDocker:
         job: bool = False,
     ) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
         """A command inside the namespace, talking to this engine. ``job``: in a process group
-        of its own, as a shell runs a command (a terminal's Ctrl-C goes to the whole group)."""
+        of its own with a terminal's signals, as a shell runs a command (a terminal's Ctrl-C
+        goes to the whole group)."""
         command = [
             *self._enter(),
-            "env",
+            *(AS_TYPED if job else ["env"]),
             f"DOCKER_HOST={self.url}",
             *[f"{k}={v}" for k, v in (env or {}).items()],
             *argv,

@@ -18,13 +18,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from devtools.standin.stage import Stage, free_port, wait_healthy, write_config
+from tests.kits.clock import next_minute
 from tests.kits.clusterkit import SPARKWARDEN, SSHD, every_host, sshd_config
 from tests.kits.daemonkit import DaemonProcess, end, wait_for
 from tests.kits.gatewaykit import ALIAS, MASTER_KEY, LiteLLM, Nginx, Result, StreamingLoad
@@ -286,12 +287,6 @@ def replica_set(base: Path) -> Iterator[ReplicaSet]:
         yield made.start()
     finally:
         made.close()
-
-
-def next_minute(lead: float = 25.0) -> tuple[str, datetime]:
-    """A cron line for the first whole minute at least ``lead`` seconds away (UTC)."""
-    at = (datetime.now(UTC) + timedelta(seconds=lead + 60)).replace(second=0, microsecond=0)
-    return f"{at.minute} {at.hour} * * *", at
 
 
 #: What both Sparks run for a night: a quick drain (users have gone to the peer), a fresh

@@ -32,6 +32,7 @@ from devtools.standin.stage import Stage, ensure_image, wait_healthy
 from sparkwarden import cli
 from sparkwarden.restart.step_names import STEPS
 from sparkwarden.vllm.client import VllmClient
+from tests.kits.clock import missed_a_minute_ago
 from tests.kits.commands import (
     ROOT,
     history,
@@ -43,6 +44,7 @@ from tests.kits.commands import (
 )
 from tests.kits.daemonkit import DaemonProcess, Daemons, stalling, wait_for
 from tests.kits.privatedocker import PrivateDocker
+from tests.kits.signals import AS_TYPED
 from tests.kits.soundness import answers_chat, assert_sound
 
 pytestmark = pytest.mark.docker
@@ -223,7 +225,9 @@ def test_two_restarts_and_a_schedule_at_once_make_one_sequence(
         [llm],
         port,
         [stt],
-        schedule={"cron": "* * * * *", "missed_grace": "5m", "min_uptime": "3s"},
+        # the nightly run missed a minute ago, made up at boot; "* * * * *" fired again at the
+        # next minute, after the engine had outgrown min_uptime: a second run, by the clock
+        schedule=missed_a_minute_ago(min_uptime="3s"),
         drain={"quiet": "0s"},
         watch={"interval": "0.5s"},
     )
@@ -994,7 +998,8 @@ def test_a_foreground_run_goes_on_through_every_key_and_a_dropped_terminal(
     shell, terminal = pty.fork()
     if shell == 0:  # the child: the operator's shell on the terminal
         os.chdir(ROOT)
-        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], {**os.environ, "PS1": "$ "})
+        shell_argv = [*AS_TYPED, "bash", "--norc", "--noprofile", "-i"]
+        os.execvpe(shell_argv[0], shell_argv, {**os.environ, "PS1": "$ "})
     restart = None
     try:
         since = time.time()

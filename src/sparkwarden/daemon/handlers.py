@@ -109,9 +109,45 @@ def apply_admin(journal: Journal, request: Any) -> dict[str, Any]:
     raise SparkwardenError(f"unknown request {request!r}")
 
 
-def _naming(call: ManualCall) -> str:
-    """The operator's sequence a refused request lost to, by its run number once it has one."""
-    call.started.wait(timeout=10.0)
+#: A queued call the loop did not take up, with no run to name.
+BUSY = "the daemon is busy; try again"
+#: What every refusal of an operator's restart begins with.
+REFUSED = "another sequence is running: "
+#: How long a queued operator's call waits for the loop to take it up.
+CLAIM_WAIT = 10.0
+#: How long a refusal waits for the run it lost to to have a number: the run lock is taken a
+#: moment before the journal's run begins (and the lock names it).
+NAMING_WAIT = 10.0
+
+
+def _named(busy: Callable[[], str | None], holder: str) -> str:
+    """The run under the lock that refused a request, by its run number once the lock names
+    it (a request that came between the lock and the run's first step was refused naming none:
+    "reason schedule, pid ..." where the operator was promised "run #N"). Said as it was if the
+    run ended first, or no number comes within :data:`NAMING_WAIT`."""
+    deadline = time.monotonic() + NAMING_WAIT
+    while "run #" not in holder and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = busy()
+        if now is None:
+            break
+        holder = now
+    return holder
+
+
+def _naming(call: ManualCall, busy: Callable[[], str | None]) -> str:
+    """The sequence a request refused behind a queued operator's call lost to: the run under
+    the lock when one takes it first (the queued call waits behind it, and is refused in its
+    turn: naming the queued call named a run that never was), else the queued call's own run,
+    by its number once it has one."""
+    deadline = time.monotonic() + NAMING_WAIT
+    while not call.started.wait(timeout=0.05):
+        if (holder := busy()) is not None:
+            return _named(busy, holder)
+        if time.monotonic() > deadline:
+            break
+    if call.refused is not None:  # it lost, in its turn, to a run that ended meanwhile
+        return call.refused.removeprefix(REFUSED)
     run = f"run #{call.run_id}, " if call.run_id is not None else ""
     return f"{run}an operator's ({call.reason})"
 
@@ -192,16 +228,21 @@ class Handlers:
             busy = self.busy() if queued is None else None
             if queued is None and not busy:
                 self.manual_call = call
-        if queued is not None:
-            busy = _naming(queued)  # waits, outside the lock, for it to have a run number
+        if queued is not None:  # waits, outside the lock, for what it lost to to have a number
+            busy = _naming(queued, self.busy)
+        elif busy:
+            busy = _named(self.busy, busy)  # the same for a run the lock holds
         mode = {"watch_mode": self.config.watch.mode}
         if busy:
-            yield {"ok": False, "error": f"another sequence is running: {busy}", **mode}
+            yield {"ok": False, "error": f"{REFUSED}{busy}", **mode}
             return
         try:
             self.queue.put(call)
-            if not call.started.wait(timeout=10.0) and call.cancel():
-                yield {"ok": False, "error": "the daemon is busy; try again", **mode}
+            if not call.started.wait(timeout=CLAIM_WAIT) and call.cancel():
+                # the loop is in a run that took the lock first (a schedule's): that one
+                holder = self.busy()
+                error = f"{REFUSED}{_named(self.busy, holder)}" if holder else BUSY
+                yield {"ok": False, "error": error, **mode}
                 return
             call.started.wait()
             if call.refused:

@@ -40,7 +40,7 @@ from sparkwarden.config.secrets import require_secrets
 from sparkwarden.daemon import decide, gates, publish, reconcile, rotation
 from sparkwarden.daemon.act import Hands
 from sparkwarden.daemon.cluster_looks import ClusterLooks
-from sparkwarden.daemon.handlers import WAKE, Handlers, ManualCall
+from sparkwarden.daemon.handlers import REFUSED, WAKE, Handlers, ManualCall
 from sparkwarden.daemon.intents import Adopt, RunEnded, TakeCanary
 from sparkwarden.daemon.kept import Identity, Kept
 from sparkwarden.daemon.observe import MARGIN, Observation, Observer, Recorded, read_journal
@@ -373,7 +373,7 @@ class Daemon:
         if self.mind.last_run_end > call.requested_at:  # one ran while it waited in line
             last = self.parts.journal.runs(1)
             call.refuse(
-                "another sequence is running: it ended just now"
+                f"{REFUSED}it ended just now"
                 + (f" (run #{last[0].id}, {last[0].reason})" if last else "")
             )
             return

@@ -168,13 +168,17 @@ def _up(
         return Reconciled(want=Want("crash", why, running.id, said="died_and_restarted_by_docker"))
     intents: list[Intent] = []
     retry = b.retry
-    if seen != engine:
+    # An operator's stop Docker told of after this start (``docker restart``: its die, stop and
+    # start come in one burst, maybe after the look that saw the start): over, not kept, or it
+    # would refuse every later automatic restart.
+    stop, started = b.operator_stopped, _ts(seen.started_at)
+    stop_over = stop is not None and started is not None and stop.at < started
+    if seen != engine or stop_over:
         why = _adopt_why(engine, seen)
         intents.append(Adopt(seen, why))
         first = first_sight(running, now, cfg) if engine is None or engine.id != seen.id else None
         if first is not None:
             intents.append(SpareFirstSight(first))
-        started = _ts(seen.started_at)
         if retry is not None and (
             retry.container_id != seen.id or (started is not None and started > retry.at)
         ):

@@ -1,0 +1,187 @@
+"""Issue 44's bound at the default intervals, on an injected clock: a wedge behind /health's 200
+starts a restart within 90 s, idle or busy, and an engine at its limits is never restarted.
+
+The daemon's own cadence (the observer: when it scrapes, checks and sends its health chat) and
+its decisions (the pure decider and gate) run as the loop runs them, every ``watch.interval``;
+only the engine is simulated: its counters, and whether it answers the health chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from devtools.standin.vllm_model.exposition import Counters, exposition
+from sparkwarden.adapters.host import Memory
+from sparkwarden.base.containers import ContainerState
+from sparkwarden.config.schema import Config, parse
+from sparkwarden.daemon import decide, gates
+from sparkwarden.daemon import intents as do
+from sparkwarden.daemon.observe import Answered, Observation, Observer, Recorded
+from sparkwarden.vllm.client import ChatOutcome, Health
+
+T0 = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
+ORIGIN = T0.timestamp()  # the simulated engine counts seconds from here
+#: what a restart may take to begin after a wedge (issue 44)
+BOUND = 90.0
+ANSWER = ChatOutcome(True, "answered 'ready' (finish_reason stop)")
+
+
+def defaults() -> Config:
+    """The shipped defaults; only what names the engine and the state is given."""
+    return parse(
+        {
+            "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
+            "acceptance": {"enabled": False},
+            "state": {"dir": "/nonexistent/state"},
+            "control": {"socket": "/nonexistent/s", "group": ""},
+        }
+    )
+
+
+@dataclass
+class Engine:
+    """A simulated engine. ``load(t)``: (running, waiting, tokens generated per second, KV
+    cache use) while it works; from ``wedged_at`` on nothing moves and no chat is answered.
+    ``answers_after``: how long the health chat waits for its turn while it works."""
+
+    load: Callable[[float], tuple[float, float, float, float]]
+    wedged_at: float = float("inf")
+    answers_after: float = 0.0
+    generation: float = 1000.0
+    at: float = 0.0
+
+    def advance(self, t: float) -> None:
+        if self.at < self.wedged_at:
+            _, _, rate, _ = self.load(self.at)
+            self.generation += rate * (min(t, self.wedged_at) - self.at)
+        self.at = t
+
+    def page(self) -> str:
+        t = min(self.at, self.wedged_at)
+        running, waiting, _, kv = self.load(t)
+        counters = Counters(0, 0, 0, (), self.generation, running, waiting, 0.0, kv, 4000.0)
+        return exposition(counters, model="m", spec_decode=False)
+
+
+class Prober:
+    """The observer's prober on the simulated clock: an answer comes ``answers_after`` after
+    the chat was sent, if the engine was not wedged by then; never after the wedge."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sent: float | None = None
+
+    @property
+    def in_flight(self) -> float | None:
+        return self.sent
+
+    def send(self, t: float) -> None:
+        self.sent = t
+
+    def take(self) -> tuple[float | None, Answered | None]:
+        sent, engine = self.sent, self.engine
+        if sent is None:
+            return None, None
+        answer_at = sent - ORIGIN + engine.answers_after  # the engine's clock
+        if answer_at >= engine.wedged_at or engine.at < answer_at:
+            return sent, None
+        self.sent = None
+        engine.generation += 1
+        return None, Answered(sent, ANSWER)
+
+    def forget(self) -> None:
+        self.sent = None
+
+
+def simulate(engine: Engine, until: float, phase: float = 0.0) -> tuple[float, str] | None:
+    """Run the daemon's looks every ``watch.interval`` from ``phase`` until ``until``; the
+    time a restart begins (the gate lets it through) and its reason's words, or None."""
+    cfg = defaults()
+    vllm = SimpleNamespace(
+        health=lambda timeout: Health("up", "HTTP 200"),
+        metrics=lambda timeout: engine.page(),
+        version=lambda timeout: "0.32.0",
+    )
+    docker = SimpleNamespace(attrs=lambda name: {})
+    parts: Any = SimpleNamespace(vllm=vllm, docker=docker, gateway=None)
+    observer = Observer(cfg, parts, lambda _lease: None)
+    observer.prober = Prober(engine)  # type: ignore[assignment]
+    started = T0 - timedelta(hours=2)
+    active = ContainerState("vllm", "id", "running", started, None, 0, False)
+    memory = Memory(available_gib=60.0, total_gib=121.0)
+    mind = decide.Mind()
+    t = phase
+    while t <= until:
+        engine.advance(t)
+        now = ORIGIN + t
+        seen = Observation(now, active, "", memory, states=(active,))
+        probe = decide.probe_wanted(mind, now, cfg)
+        seen = observer.engine(seen, False, probe)
+        mind, _ = decide.on_engine(mind, seen, cfg)
+        facts = Recorded(None, None, (), 0.0, None, None, [], now)  # as read at this look
+        mind, intents = gates.gate(mind, facts, active, None, now, cfg)
+        restarts = [i for i in intents if isinstance(i, do.Restart)]
+        if restarts:
+            assert mind.pending is None or mind.pending.reason == "unhealthy"
+            return t, restarts[0].why
+        t += cfg.watch.interval
+    return None
+
+
+def idle(_t: float) -> tuple[float, float, float, float]:
+    return 0.0, 0.0, 0.0, 0.07
+
+
+def streams(_t: float) -> tuple[float, float, float, float]:
+    """64 streams (max-num-seqs) and 30 more waiting, decoding 40 tokens a second."""
+    return 64.0, 30.0, 40.0, 0.9
+
+
+def test_the_defaults_are_what_the_bound_is_shown_for() -> None:
+    cfg = defaults()
+    assert (cfg.watch.interval, cfg.health.interval, cfg.health.wedge_after) == (5, 15, 45)
+    assert cfg.health.chat_interval == 600 and cfg.watch.boot_grace == 300
+
+
+@pytest.mark.parametrize("load", [idle, streams], ids=["idle", "busy"])
+def test_a_wedge_begins_a_restart_within_90s_at_the_defaults_whenever_it_happens(
+    load: Callable[[float], tuple[float, float, float, float]],
+) -> None:
+    """Every moment of the daemon's cycles (each second of the probe's and the look's phase):
+    the worst case is the bound."""
+    worst = 0.0
+    for second in range(40):
+        for phase in (0.0, 2.5):
+            wedged_at = 300.0 + second
+            found = simulate(Engine(load, wedged_at=wedged_at), 600.0, phase)
+            assert found is not None, f"wedged at {wedged_at}: never restarted"
+            began, why = found
+            assert why.startswith("wedged: no progress for"), why
+            worst = max(worst, began - wedged_at)
+    assert worst <= BOUND, worst
+    assert worst >= 45.0  # a test that can fail: never sooner than the wedge_after itself
+
+
+def test_an_engine_at_its_limits_is_never_restarted() -> None:
+    """64 streams and a queue ahead of the health chat for an hour: it answers after 5 min
+    behind them, the tokens moving all the while."""
+    engine = Engine(streams, answers_after=300.0)
+    assert simulate(engine, 3600.0) is None
+
+
+def test_a_lone_long_prefill_that_moves_nothing_for_30s_is_not_a_wedge() -> None:
+    """A 32k prompt on a 27B dense: 30 s of prefill with no counter moving (KV cache unread),
+    every few minutes, the health chat queued behind it each time."""
+
+    def prefills(t: float) -> tuple[float, float, float, float]:
+        in_prefill = (t % 120.0) < 30.0
+        return (1.0, 1.0, 0.0, 0.07) if in_prefill else (1.0, 0.0, 30.0, 0.07)
+
+    engine = Engine(prefills, answers_after=30.0)
+    assert simulate(engine, 3600.0) is None

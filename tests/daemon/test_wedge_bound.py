@@ -110,7 +110,7 @@ def simulate(engine: Engine, until: float, phase: float = 0.0) -> tuple[float, s
     )
     docker = SimpleNamespace(attrs=lambda name: {})
     parts: Any = SimpleNamespace(vllm=vllm, docker=docker, gateway=None)
-    observer = Observer(cfg, parts, lambda _lease: None)
+    observer = Observer(cfg, parts, lambda _lease: None, clock=lambda: ORIGIN + engine.at)
     observer.prober = Prober(engine)  # type: ignore[assignment]
     started = T0 - timedelta(hours=2)
     active = ContainerState("vllm", "id", "running", started, None, 0, False)

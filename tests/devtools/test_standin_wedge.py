@@ -3,6 +3,7 @@ stand-in as a local process."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -46,10 +47,8 @@ def test_a_wedge_answers_health_and_models_hangs_chats_and_freezes_every_series(
 
 
 def _quietly(url: str) -> None:
-    try:
+    with contextlib.suppress(httpx.HTTPError):
         chat(url, 60, max_tokens=400, stream=True)
-    except httpx.HTTPError:
-        pass
 
 
 def _page(url: str, after: float = 0.0) -> str:

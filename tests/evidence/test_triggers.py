@@ -484,12 +484,21 @@ def test_a_chat_timed_out_behind_a_moving_queue_is_no_failure() -> None:
     late = ChatOutcome(False, "no answer within 180s", timed_out=True)
     state, _ = look(HealthState(), 0, still(running=64))
     state, _ = look(state, 100, still(running=64, generation=9000.0), unanswered=0.0)
-    state, why = look(state, 180, still(running=64, generation=9000.0), None, late, 0.0)
+    state, why = look(state, 180, still(running=64, generation=9900.0), None, late, 0.0)
     assert why is None and state.failures == 0
-    # the same timeout with nothing moved since it was sent is a failure (and was a wedge)
+
+
+def test_a_request_of_the_daemons_that_timed_out_with_nothing_moving_is_a_wedge() -> None:
+    """A drafting canary runs in the loop, bounded by ``wedge_after``: one sent as the engine
+    wedged comes back timed out, and is judged as the daemon's request unanswered that long."""
+    hung = ChatOutcome(False, "drafting canary: no answer within 45s", timed_out=True)
     state, _ = look(HealthState(), 0, still())
-    state, why = look(state, 180, still(), None, late, 0.0)
-    assert state.failures == 1 and "health chat: no answer within 180s" in state.last
+    state, why = look(state, 50, still(), None, hung, 5.0)
+    assert why is not None and why.startswith("wedged: no progress for 45s"), why
+    # one that timed out on a slow engine that moved meanwhile (its own tokens) is not
+    state, _ = look(HealthState(), 0, still())
+    state, why = look(state, 50, still(generation=5256.0), None, hung, 5.0)
+    assert why is None
 
 
 def test_a_sleeping_engine_queues_the_chat_and_is_not_wedged() -> None:

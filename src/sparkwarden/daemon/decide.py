@@ -231,6 +231,7 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Transition:
             cfg=cfg.health,
             unanswered=seen.check.unanswered,
             canary_sent=seen.check.canary_sent,
+            readings=seen.check.readings,
         )
         mind = replace(mind, health=health)
         if health.suspect and not before.suspect:

@@ -8,6 +8,7 @@ and the health chat are next due) and the last of each reading, for the status s
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -62,6 +63,9 @@ class HealthCheck:
     unanswered: float | None = None
     #: when the one that ended (``canary``) was sent
     canary_sent: float | None = None
+    #: every /metrics read since the last check, with its time (the drafting canary's too):
+    #: when the engine last moved is known to the read, not to the check
+    readings: tuple[tuple[float, metrics.EngineMetrics], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -211,8 +215,16 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
 
 
 class Observer:
-    def __init__(self, config: Config, parts: Parts, lease: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        lease: Callable[[float], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``clock``: what each reading is timed by (a test's simulated one)."""
         self.config = config
+        self.clock = clock
         self.parts = parts
         self.lease = lease
         self.due = {"health": 0.0, "metrics": 0.0}
@@ -228,6 +240,10 @@ class Observer:
         #: looks begun since the daemon started; a snapshot is published after its look ends
         self.looks = 0
         self.prober = Prober(self._health_chat)
+        #: a drafting canary's request that went unanswered (it ran in the loop): told to the
+        #: next health check as the daemon's request it is
+        self._canary_hung: Answered | None = None
+        self._readings: list[tuple[float, metrics.EngineMetrics]] = []
 
     def look(self, t: float, last_container: str | None) -> Observation:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
@@ -294,8 +310,14 @@ class Observer:
                 scrape = Scrape(None, str(exc))
         if scrape.engine is None:
             log.warning("metrics_unusable", note=scrape.note)
+        else:
+            self._read(scrape.engine)
         self.last_scrape = scrape
         return scrape
+
+    def _read(self, engine: metrics.EngineMetrics) -> None:
+        """A reading kept for the next health check (bounded: a few minutes of looks)."""
+        self._readings = [*self._readings[-63:], (self.clock(), engine)]
 
     def _read_release(self, active: ContainerState | None, scrape: Scrape) -> None:
         """``GET /version`` once the engine serves its page, once per container start."""
@@ -319,6 +341,8 @@ class Observer:
         health = self.parts.vllm.health(timeout=cfg.health.timeout)
         self.last_health = health.status
         unanswered, done = self.prober.take()
+        if done is None:
+            done, self._canary_hung = self._canary_hung, None
         if probe and unanswered is None and health.status == "up":
             self.prober.send(t)
             unanswered = t
@@ -326,6 +350,7 @@ class Observer:
             # the detail is bounded where it is made (40 characters of the answer); status
             # wraps it
             self.last_probe = f"{'ok' if done.outcome.ok else 'FAILED'} {done.outcome.detail}"[:200]
+        readings, self._readings = tuple(self._readings), []
         return HealthCheck(
             health,
             done.outcome if done else None,
@@ -333,6 +358,7 @@ class Observer:
             done.gateway if done else None,
             unanswered=unanswered,
             canary_sent=done.sent if done else None,
+            readings=readings,
         )
 
     def _health_chat(self) -> Answered:
@@ -361,19 +387,33 @@ class Observer:
         model = cfg.llm.model or vllm.served_model()
         if not model:
             return None
-        timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
+        # it blocks the loop: on an engine that wedges meanwhile, no longer than a wedge takes
+        # to be judged (its unanswered request is then judged as one)
+        wedge = cfg.health.wedge_after
+        timeout = min(cfg.llm.probe_timeout, wedge) if wedge > 0 else cfg.llm.probe_timeout
+        scrapes = 2 * cfg.health.timeout
         self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
         canary = cfg.acceptance
 
         def scrape() -> metrics.EngineMetrics | None:
             text = vllm.metrics(timeout=min(timeout, 10.0))
             try:
-                return metrics.parse(text) if text is not None else None
+                engine = metrics.parse(text) if text is not None else None
             except metrics.MetricsError:
                 return None
+            if engine is not None:
+                self._read(engine)
+            return engine
 
         def ask(prompt: str) -> Answer:
-            return vllm.canary(model, prompt, canary.canary_max_tokens, canary.canary_seed, timeout)
+            sent = self.clock()
+            answer = vllm.canary(
+                model, prompt, canary.canary_max_tokens, canary.canary_seed, timeout
+            )
+            if answer.timed_out:
+                said = ChatOutcome(False, f"drafting canary: {answer.detail}", timed_out=True)
+                self._canary_hung = Answered(sent, said)
+            return answer
 
         # the answers' own stats make the scrapes a cross-check only
         return canary_reading.take(canary.canary_prompts, scrape, ask, t)

@@ -5,6 +5,7 @@ The reason names are a contract (journal, status, metrics, alerts): :data:`REASO
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import pairwise
@@ -90,6 +91,7 @@ def health_observe(
     cfg: HealthConfig,
     unanswered: float | None = None,
     canary_sent: float | None = None,
+    readings: Sequence[tuple[float, EngineMetrics]] = (),
 ) -> tuple[HealthState, str | None]:
     """One health check: count failures in a row; a busy engine's slow answer is not one.
 
@@ -111,7 +113,8 @@ def health_observe(
     failing still is."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
-    state = _moved(state, t, metrics, unanswered, canary, canary_sent)
+    seen = readings or ([(t, metrics)] if metrics is not None else [])
+    state = _moved(state, seen, unanswered, canary, canary_sent)
     if uptime_s < boot_grace and not state.proven:
         note = f"booting ({uptime_s:.0f}s < grace {boot_grace:g}s, no chat answered yet)"
         return replace(state, failures=0, suspect=None, last=note), None
@@ -186,31 +189,34 @@ def health_observe(
 
 def _moved(
     state: HealthState,
-    t: float,
-    metrics: EngineMetrics | None,
+    readings: Sequence[tuple[float, EngineMetrics]],
     unanswered: float | None,
     canary: ChatOutcome | None,
     canary_sent: float | None,
 ) -> HealthState:
-    """Fold one check's evidence in: what moved and when, the daemon's request in flight, and
-    whether this start of the engine has answered a chat yet."""
-    evidence = (
-        (metrics.generation_tokens, metrics.prompt_tokens, metrics.kv_cache)
-        if metrics is not None and metrics.generation_tokens is not None
-        else None
-    )
-    moved_at = state.moved_at
-    if evidence is not None and (state.evidence is None or evidence != state.evidence):
-        moved_at = t
+    """Fold one check's evidence in: what moved and when (each /metrics read since the last
+    check, at its own time), the daemon's request in flight, and whether this start of the
+    engine has answered a chat yet."""
+    evidence, moved_at = state.evidence, state.moved_at
+    for at, metrics in readings:
+        if metrics.generation_tokens is None:
+            continue
+        now = (metrics.generation_tokens, metrics.prompt_tokens, metrics.kv_cache)
+        if now != evidence:
+            moved_at = at
+        evidence = now
     sent = [s for s in (state.probed_at, unanswered, canary_sent) if s is not None]
+    if unanswered is None and canary is not None and canary.timed_out:
+        unanswered = canary_sent  # unanswered all that time: judged as one still in flight
+    last = readings[-1][1] if readings else None
     return replace(
         state,
-        evidence=evidence if evidence is not None else state.evidence,
+        evidence=evidence,
         moved_at=moved_at,
         unanswered_since=unanswered,
         probed_at=max(sent) if sent else None,
         proven=state.proven or (canary is not None and canary.ok),
-        asleep=metrics is not None and metrics.sleeping,
+        asleep=last is not None and last.sleeping,
     )
 
 

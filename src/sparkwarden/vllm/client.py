@@ -287,7 +287,7 @@ class VllmClient:
         outcome, text = self._ask(body, timeout)
         seconds = time.monotonic() - began
         if not outcome.ok:
-            return Answer(False, None, seconds, outcome.detail)
+            return Answer(False, None, seconds, outcome.detail, timed_out=outcome.timed_out)
         return Answer(True, completion_tokens(text), seconds, "", own_stats(text))
 
     def metrics(self, timeout: float = 10.0) -> str | None:

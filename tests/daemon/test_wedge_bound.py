@@ -32,16 +32,19 @@ BOUND = 90.0
 ANSWER = ChatOutcome(True, "answered 'ready' (finish_reason stop)")
 
 
-def defaults() -> Config:
-    """The shipped defaults; only what names the engine and the state is given."""
-    return parse(
-        {
-            "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
-            "acceptance": {"enabled": False},
-            "state": {"dir": "/nonexistent/state"},
-            "control": {"socket": "/nonexistent/s", "group": ""},
-        }
-    )
+def defaults(cluster: bool = False) -> Config:
+    """The shipped defaults; only what names the engine and the state is given (and, for a
+    cluster's head, its nodes: rank 0's container is the engine its daemon watches)."""
+    raw: dict[str, Any] = {
+        "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
+        "acceptance": {"enabled": False},
+        "state": {"dir": "/nonexistent/state"},
+        "control": {"socket": "/nonexistent/s", "group": ""},
+    }
+    if cluster:
+        head = {"name": "head", "engine": ["vllm"]}
+        raw["cluster"] = {"nodes": [head, {"name": "w1", "ssh": "root@w1", "engine": ["w"]}]}
+    return parse(raw)
 
 
 @dataclass
@@ -99,10 +102,12 @@ class Prober:
         self.sent = None
 
 
-def simulate(engine: Engine, until: float, phase: float = 0.0) -> tuple[float, str] | None:
+def simulate(
+    engine: Engine, until: float, phase: float = 0.0, cluster: bool = False
+) -> tuple[float, str] | None:
     """Run the daemon's looks every ``watch.interval`` from ``phase`` until ``until``; the
     time a restart begins (the gate lets it through) and its reason's words, or None."""
-    cfg = defaults()
+    cfg = defaults(cluster)
     vllm = SimpleNamespace(
         health=lambda timeout: Health("up", "HTTP 200"),
         metrics=lambda timeout: engine.page(),
@@ -185,3 +190,14 @@ def test_a_lone_long_prefill_that_moves_nothing_for_30s_is_not_a_wedge() -> None
 
     engine = Engine(prefills, answers_after=30.0)
     assert simulate(engine, 3600.0) is None
+
+
+def test_a_cluster_head_whose_ranks_stop_is_judged_by_the_same_rule() -> None:
+    """A stuck collective (a rank lost without Ray: vllm#36451, #46611) freezes every series
+    while the head's /health says 200: the head's daemon watches rank 0's container with the
+    same looks and rule, and its hands run every restart as the cluster's (``act.sequence``)."""
+    for second in (0, 7, 14):
+        found = simulate(Engine(streams, wedged_at=300.0 + second), 600.0, cluster=True)
+        assert found is not None and found[1].startswith("wedged: no progress for")
+        assert found[0] - (300.0 + second) <= BOUND
+    assert simulate(Engine(streams, answers_after=300.0), 1800.0, cluster=True) is None

@@ -81,6 +81,8 @@ def main(argv: list[str]) -> None:
         )
     engine = Engine(args)
     engine.ranks = ranks
+    if ranks is not None:
+        ranks.on_lost = engine.wedge
     signal.signal(signal.SIGUSR1, lambda _sig, _frame: _wedge(engine))
     if args.wedge_after is not None:
         threading.Timer(args.wedge_after, _wedge, (engine,)).start()

@@ -540,3 +540,19 @@ def test_when_the_health_chat_is_sent() -> None:
     assert not probe_due(replace(state, unanswered_since=110.0), 200, cfg)  # one at a time
     assert not probe_due(state, 200, HealthConfig(chat_interval=0))
     assert probe_due(replace(state, suspect="frozen"), 101, HealthConfig(chat_interval=0))
+
+
+def test_failed_health_chats_count_in_a_row_across_checks_that_send_none() -> None:
+    """The chat is answered a check after it is sent: the checks between say nothing of it."""
+    bad = ChatOutcome(False, "HTTP 500: EngineCore died")
+    state, why = check(HealthState(), 0, UP, canary=bad)
+    for t in (1, 2, 3):
+        state, why = check(state, t, UP)
+        assert why is None and state.failures == 1
+    state, why = check(state, 4, UP, canary=bad)
+    state, why = check(state, 5, UP, canary=bad)
+    assert why is not None and "3 checks in a row" in why
+    answered = ChatOutcome(True, "answered 'ready'")
+    state, _ = check(HealthState(), 0, UP, canary=bad)
+    state, _ = check(state, 1, UP, canary=answered)
+    assert state.failures == 0 and not state.chat_failed

@@ -53,6 +53,10 @@ def uptime_due(container: ContainerState | None, now: datetime, max_uptime: floa
 # --- unhealthy -----------------------------------------------------------------------------------
 
 
+#: how a failed health chat is told (and known again)
+CHAT_FAILED: Final = "health chat: "
+
+
 @dataclass(frozen=True)
 class HealthState:
     failures: int = 0
@@ -77,6 +81,9 @@ class HealthState:
     proven: bool = False
     #: put to sleep at the last check: no chat is sent (it would queue unanswered)
     asleep: bool = False
+    #: the last failure counted was the health chat's: a check with no chat ended since (the
+    #: next one in flight) does not clear the count
+    chat_failed: bool = False
 
 
 def health_observe(
@@ -126,6 +133,14 @@ def health_observe(
         if metrics and metrics.generation_tokens is not None
         else None
     )
+    if state.suspect is not None and canary is not None and canary.ok:
+        # the confirming chat was answered (its own tokens moved the counters since)
+        note = (
+            f"stuck gauge: {state.suspect}, yet a chat request was answered: the engine works "
+            "(vLLM #22545), not restarting"
+        )
+        state = replace(state, suspect=None, stuck_gauge=note, progress=progress, last=note)
+        return replace(state, progress_since=t), None
     since = state.progress_since
     if progress is not None and progress != state.progress:
         since = t
@@ -173,15 +188,18 @@ def health_observe(
         # timed out behind a queue that was served meanwhile: busy, not dead
         and not (canary.timed_out and _moved_since(state, canary_sent))
     ):
-        failure = f"health chat: {canary.detail}"
+        failure = f"{CHAT_FAILED}{canary.detail}"
     if failure is None and asleep and metrics is not None:
         note = f"sleeping (level {metrics.sleep_level}): put to sleep, not restarted"
-        return replace(state, failures=0, last=note), None
+        return replace(state, failures=0, chat_failed=False, last=note), None
+    if failure is None and canary is None and state.chat_failed:
+        return state, None  # no chat ended since the one that failed: its count stands
     if failure is None:
         note = "busy: a slow /health is not counted" if health and health.status != "up" else "ok"
-        return replace(state, failures=0, last=state.stuck_gauge or note), None
+        return replace(state, failures=0, chat_failed=False, last=state.stuck_gauge or note), None
     failures = state.failures + 1
-    state = replace(state, failures=failures, last=failure)
+    chat_failed = failure.startswith(CHAT_FAILED)
+    state = replace(state, failures=failures, chat_failed=chat_failed, last=failure)
     if failures >= cfg.failures:
         return replace(state, failures=0), f"{failure} ({failures} checks in a row)"
     return state, None

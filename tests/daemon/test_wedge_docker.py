@@ -6,16 +6,14 @@ and long answers, never is. Outcomes and reasons only: no timed assertion on a l
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
-from sparkwarden.vllm.client import chat_body
 from tests.kits.daemonkit import wait_for
+from tests.kits.users import STANDIN_AT_ITS_LIMITS, Users
 
 pytestmark = pytest.mark.docker
 
@@ -57,36 +55,6 @@ def test_a_wedged_engine_behind_a_200_is_restarted_as_wedged(
     assert '"trigger"' in daemon.text() and "wedged: no progress" in daemon.text()
 
 
-class Users:
-    """Users holding an engine at its limits: long prompts (32k words, 30 s of prefill each at
-    the stand-in's pace) and long answers, several at once, one after another."""
-
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        self.stop = threading.Event()
-        self.done = 0
-        self.threads: list[threading.Thread] = []
-
-    def start(self, prompts: list[tuple[str, int]]) -> Users:
-        for prompt, tokens in prompts:
-            thread = threading.Thread(target=self._user, args=(prompt, tokens), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-        return self
-
-    def _user(self, prompt: str, tokens: int) -> None:
-        body = {**chat_body(MODEL, max_tokens=tokens, prompt=prompt), "stream": True}
-        while not self.stop.is_set():
-            try:
-                with httpx.stream("POST", self.url, json=body, timeout=600) as answer:
-                    for _ in answer.iter_bytes():
-                        if self.stop.is_set():
-                            return
-                self.done += 1
-            except httpx.HTTPError:
-                return  # the engine went away (the test's end)
-
-
 @pytest.fixture
 def users() -> Iterator[list[Users]]:
     made: list[Users] = []
@@ -102,19 +70,9 @@ def test_an_engine_at_its_limits_is_never_restarted(
     """One request generates at a time (``--contention serial``, the worst case: the health
     chat waits behind every user), long prompts prefill for 30 s with nothing counted, long
     answers take 30 s: the chat waits minutes, the engine is busy, never dead."""
-    llm, port = stage.llm(
-        "llm",
-        *STILL,
-        "--contention",
-        "serial",
-        "--prefill-tokens-per-s",
-        "1092",
-        "--token-delay",
-        "0.05",
-    )
+    llm, port = stage.llm("llm", *STANDIN_AT_ITS_LIMITS)
     wait_healthy(port)
-    long_prompt = "word " * 32768
-    load = Users(port).start([(long_prompt, 16), (long_prompt, 16), ("hi", 600), ("hi", 600)])
+    load = Users(f"http://127.0.0.1:{port}", MODEL).start()  # long prompts, long answers
     users.append(load)
     daemon = start_daemon([llm], port, [], **DEFAULTS)
     waited: list[float] = []

@@ -459,7 +459,11 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Transition:
     outcome, reason = ended.outcome, ended.reason
     watch = cluster_watch.after_run(mind.cluster)
     # the run's chat probe answered: this start has proven itself, the boot grace is over
-    proven = HealthState(proven=True, probed_at=ended.at) if outcome.ok else HealthState()
+    proven = (
+        HealthState(proven=True, proven_by=outcome.container_id, probed_at=ended.at)
+        if outcome.ok
+        else HealthState()
+    )
     mind = replace(mind, health=proven, last_run_end=ended.at, cluster=watch)
     intents: list[Intent] = []
     if outcome.ok and reason not in AUTOMATIC:  # an operator's run clears it all

@@ -77,8 +77,9 @@ class HealthState:
     #: when the daemon last sent its chat request, answered or not
     probed_at: float | None = None
     #: this start of the engine answered a chat (the run's probe, or the daemon's): boot grace
-    #: is over, whatever the uptime
+    #: is over, whatever the uptime; ``proven_by``: the container (ID) a run proved
     proven: bool = False
+    proven_by: str | None = None
     #: put to sleep at the last check: no chat is sent (it would queue unanswered)
     asleep: bool = False
     #: the last failure counted was the health chat's: a check with no chat ended since (the

@@ -529,3 +529,14 @@ def test_the_run_that_started_the_engine_ends_its_boot_grace_another_start_does_
     later = replace(ours, started_at=(T0 + timedelta(seconds=60)).isoformat())  # started since
     fresh, _ = reconcile.apply(mind, reconcile.Reconciled([do.Adopt(later, "by hand")]), T + 61)
     assert not fresh.health.proven
+
+
+def test_status_never_says_ok_while_the_daemons_chat_is_unanswered() -> None:
+    state = triggers.HealthState(last="ok", moved_at=T - 30)
+    said, age = publish.health_said(state, T - 23, T)
+    assert (said, age) == ("chat unanswered for 23s; nothing moved since", 23.0)
+    said, _ = publish.health_said(replace(state, moved_at=T - 2), T - 23, T)
+    assert said == "chat unanswered for 23s; tokens moved 2s ago"
+    assert publish.health_said(state, None, T) == ("ok", None)
+    longest, _ = publish.health_said(replace(state, moved_at=T - 1), T - 99999, T)
+    assert len(f"health:      {longest}") <= 80

@@ -52,9 +52,7 @@ def tokenizer(out: Path) -> PreTrainedTokenizerFast:
     return fast
 
 
-def llama(
-    out: Path, fast: PreTrainedTokenizerFast, *, head_dim: int, seed: int
-) -> LlamaForCausalLM:
+def llama(out: Path, fast: PreTrainedTokenizerFast, *, head_dim: int, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     heads = 2
     config = LlamaConfig(

@@ -495,6 +495,10 @@ def test_a_request_of_the_daemons_that_timed_out_with_nothing_moving_is_a_wedge(
     state, _ = look(HealthState(), 0, still())
     state, why = look(state, 50, still(), None, hung, 5.0)
     assert why is not None and why.startswith("wedged: no progress for 45s"), why
+    # the same, with the health chat sent in the check that reads the canary's end
+    state, _ = look(HealthState(), 0, still())
+    state, why = look(state, 50, still(), 50.0, hung, 5.0)
+    assert why is not None and why.startswith("wedged: no progress for 45s"), why
     # one that timed out on a slow engine that moved meanwhile (its own tokens) is not
     state, _ = look(HealthState(), 0, still())
     state, why = look(state, 50, still(generation=5256.0), None, hung, 5.0)

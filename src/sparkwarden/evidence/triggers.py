@@ -225,8 +225,10 @@ def _moved(
             moved_at = at
         evidence = now
     sent = [s for s in (state.probed_at, unanswered, canary_sent) if s is not None]
-    if unanswered is None and canary is not None and canary.timed_out:
-        unanswered = canary_sent  # unanswered all that time: judged as one still in flight
+    if canary is not None and canary.timed_out and canary_sent is not None:
+        # unanswered all that time: the daemon has waited since the earlier of it and the one
+        # sent since (a chat sent in the same check)
+        unanswered = canary_sent if unanswered is None else min(unanswered, canary_sent)
     last = readings[-1][1] if readings else None
     return replace(
         state,

@@ -24,6 +24,7 @@ from sparkwarden.daemon import decide, gates
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.observe import Answered, Observation, Observer, Recorded
 from sparkwarden.vllm.client import ChatOutcome, Health
+from sparkwarden.vllm.spec_payload import Answer
 
 T0 = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
 ORIGIN = T0.timestamp()  # the simulated engine counts seconds from here
@@ -102,40 +103,61 @@ class Prober:
         self.sent = None
 
 
+class Daemon:
+    """The daemon's looks as its loop makes them: the observer (its cadence, its health chat on
+    the simulated engine), the pure decider and the gate."""
+
+    def __init__(self, engine: Engine, cluster: bool = False) -> None:
+        self.engine = engine
+        self.cfg = cfg = defaults(cluster)
+        vllm = SimpleNamespace(
+            health=lambda timeout: Health("up", "HTTP 200"),
+            metrics=lambda timeout: engine.page(),
+            version=lambda timeout: "0.32.0",
+            served_model=lambda: "m",
+            canary=self._canary,
+        )
+        docker = SimpleNamespace(attrs=lambda name: {})
+        parts: Any = SimpleNamespace(vllm=vllm, docker=docker, gateway=None)
+        self.observer = Observer(cfg, parts, lambda _lease: None, lambda: ORIGIN + engine.at)
+        self.observer.prober = Prober(engine)  # type: ignore[assignment]
+        started = T0 - timedelta(hours=2)
+        self.active = ContainerState("vllm", "id", "running", started, None, 0, False)
+        self.mind = decide.Mind()
+
+    def _canary(self, model: str, prompt: str, tokens: int, seed: int, timeout: float) -> Answer:
+        """A drafting canary's request: it holds the loop; on a wedged engine, its timeout."""
+        if self.engine.at < self.engine.wedged_at:
+            return Answer(True, tokens, 1.0)
+        self.engine.advance(self.engine.at + timeout)
+        return Answer(False, None, timeout, f"no answer within {timeout:g}s", timed_out=True)
+
+    def look(self, t: float) -> do.Restart | None:
+        """One look at ``t``; the restart the gate lets through, if any."""
+        self.engine.advance(t)
+        cfg, now = self.cfg, ORIGIN + t
+        memory = Memory(available_gib=60.0, total_gib=121.0)
+        seen = Observation(now, self.active, "", memory, states=(self.active,))
+        seen = self.observer.engine(seen, False, decide.probe_wanted(self.mind, now, cfg))
+        self.mind, _ = decide.on_engine(self.mind, seen, cfg)
+        facts = Recorded(None, None, (), 0.0, None, None, [], now)  # as read at this look
+        self.mind, intents = gates.gate(self.mind, facts, self.active, None, now, cfg)
+        restarts = [i for i in intents if isinstance(i, do.Restart)]
+        assert not restarts or self.mind.pending is None
+        return restarts[0] if restarts else None
+
+
 def simulate(
     engine: Engine, until: float, phase: float = 0.0, cluster: bool = False
 ) -> tuple[float, str] | None:
     """Run the daemon's looks every ``watch.interval`` from ``phase`` until ``until``; the
     time a restart begins (the gate lets it through) and its reason's words, or None."""
-    cfg = defaults(cluster)
-    vllm = SimpleNamespace(
-        health=lambda timeout: Health("up", "HTTP 200"),
-        metrics=lambda timeout: engine.page(),
-        version=lambda timeout: "0.32.0",
-    )
-    docker = SimpleNamespace(attrs=lambda name: {})
-    parts: Any = SimpleNamespace(vllm=vllm, docker=docker, gateway=None)
-    observer = Observer(cfg, parts, lambda _lease: None, clock=lambda: ORIGIN + engine.at)
-    observer.prober = Prober(engine)  # type: ignore[assignment]
-    started = T0 - timedelta(hours=2)
-    active = ContainerState("vllm", "id", "running", started, None, 0, False)
-    memory = Memory(available_gib=60.0, total_gib=121.0)
-    mind = decide.Mind()
+    daemon = Daemon(engine, cluster)
     t = phase
     while t <= until:
-        engine.advance(t)
-        now = ORIGIN + t
-        seen = Observation(now, active, "", memory, states=(active,))
-        probe = decide.probe_wanted(mind, now, cfg)
-        seen = observer.engine(seen, False, probe)
-        mind, _ = decide.on_engine(mind, seen, cfg)
-        facts = Recorded(None, None, (), 0.0, None, None, [], now)  # as read at this look
-        mind, intents = gates.gate(mind, facts, active, None, now, cfg)
-        restarts = [i for i in intents if isinstance(i, do.Restart)]
-        if restarts:
-            assert mind.pending is None or mind.pending.reason == "unhealthy"
-            return t, restarts[0].why
-        t += cfg.watch.interval
+        if (restart := daemon.look(t)) is not None:
+            return t, restart.why
+        t += daemon.cfg.watch.interval
     return None
 
 
@@ -201,3 +223,18 @@ def test_a_cluster_head_whose_ranks_stop_is_judged_by_the_same_rule() -> None:
         assert found is not None and found[1].startswith("wedged: no progress for")
         assert found[0] - (300.0 + second) <= BOUND
     assert simulate(Engine(streams, answers_after=300.0), 1800.0, cluster=True) is None
+
+
+def test_a_drafting_canary_sent_as_the_engine_wedges_is_judged_at_the_next_look() -> None:
+    """The drafting canary runs in the loop: on an engine wedged as it is sent, it holds the
+    loop for its timeout (``wedge_after``, not the chat's 3 min), and its unanswered request is
+    the daemon's: the next look restarts, within the bound."""
+    engine = Engine(idle, wedged_at=100.0)
+    daemon = Daemon(engine)
+    for t in range(0, 100, 5):
+        assert daemon.look(float(t)) is None
+    engine.advance(100.0)
+    assert daemon.observer.drafting_canary(ORIGIN + 100.0) is not None  # hangs 45 s
+    assert engine.at == 145.0
+    restart = daemon.look(150.0)
+    assert restart is not None and restart.why.startswith("wedged: no progress for"), restart

@@ -33,12 +33,13 @@ BOUND = 90.0
 ANSWER = ChatOutcome(True, "answered 'ready' (finish_reason stop)")
 
 
-def defaults(cluster: bool = False) -> Config:
+def defaults(cluster: bool = False, canary: bool = False) -> Config:
     """The shipped defaults; only what names the engine and the state is given (and, for a
-    cluster's head, its nodes: rank 0's container is the engine its daemon watches)."""
+    cluster's head, its nodes: rank 0's container is the engine its daemon watches); the
+    drafting canary on when ``canary`` (it then runs in the loop, as the daemon's does)."""
     raw: dict[str, Any] = {
         "llm": {"containers": ["vllm"], "base_url": "http://127.0.0.1:9"},
-        "acceptance": {"enabled": False},
+        "acceptance": {"enabled": canary},
         "state": {"dir": "/nonexistent/state"},
         "control": {"socket": "/nonexistent/s", "group": ""},
     }
@@ -69,8 +70,9 @@ class Engine:
     def page(self) -> str:
         t = min(self.at, self.wedged_at)
         running, waiting, _, kv = self.load(t)
-        counters = Counters(0, 0, 0, (), self.generation, running, waiting, 0.0, kv, 4000.0)
-        return exposition(counters, model="m", spec_decode=False)
+        per_pos = (10.0, 5.0, 2.0)
+        counters = Counters(40, 120, 17, per_pos, self.generation, running, waiting, 0.0, kv, 4e3)
+        return exposition(counters, model="m")
 
 
 class Prober:
@@ -83,7 +85,19 @@ class Prober:
 
     @property
     def in_flight(self) -> float | None:
+        """Sent and not answered yet (an answer waits to be taken, as the real one's does)."""
+        if self.sent is None or self._answer_at(self.sent) <= self.engine.at:
+            return None
         return self.sent
+
+    @property
+    def untold(self) -> bool:
+        return self.sent is not None
+
+    def _answer_at(self, sent: float) -> float:
+        engine = self.engine
+        answer_at = sent - ORIGIN + engine.answers_after  # the engine's clock
+        return float("inf") if answer_at >= engine.wedged_at else answer_at
 
     def send(self, t: float) -> None:
         self.sent = t
@@ -92,8 +106,7 @@ class Prober:
         sent, engine = self.sent, self.engine
         if sent is None:
             return None, None
-        answer_at = sent - ORIGIN + engine.answers_after  # the engine's clock
-        if answer_at >= engine.wedged_at or engine.at < answer_at:
+        if engine.at < self._answer_at(sent):
             return sent, None
         self.sent = None
         engine.generation += 1
@@ -107,9 +120,9 @@ class Daemon:
     """The daemon's looks as its loop makes them: the observer (its cadence, its health chat on
     the simulated engine), the pure decider and the gate."""
 
-    def __init__(self, engine: Engine, cluster: bool = False) -> None:
+    def __init__(self, engine: Engine, cluster: bool = False, canary: bool = False) -> None:
         self.engine = engine
-        self.cfg = cfg = defaults(cluster)
+        self.cfg = cfg = defaults(cluster, canary)
         vllm = SimpleNamespace(
             health=lambda timeout: Health("up", "HTTP 200"),
             metrics=lambda timeout: engine.page(),
@@ -139,7 +152,12 @@ class Daemon:
         memory = Memory(available_gib=60.0, total_gib=121.0)
         seen = Observation(now, self.active, "", memory, states=(self.active,))
         seen = self.observer.engine(seen, False, decide.probe_wanted(self.mind, now, cfg))
-        self.mind, _ = decide.on_engine(self.mind, seen, cfg)
+        self.mind, intents = decide.on_engine(self.mind, seen, cfg)
+        for take in [i for i in intents if isinstance(i, do.TakeCanary)]:  # as the loop's follow
+            taken = self.observer.drafting_canary(take.t)
+            if taken is not None:
+                self.mind, _ = decide.on_canary(self.mind, taken, "vllm", cfg)
+        now = ORIGIN + self.engine.at  # a canary holds the loop
         facts = Recorded(None, None, (), 0.0, None, None, [], now)  # as read at this look
         self.mind, intents = gates.gate(self.mind, facts, self.active, None, now, cfg)
         restarts = [i for i in intents if isinstance(i, do.Restart)]
@@ -148,16 +166,16 @@ class Daemon:
 
 
 def simulate(
-    engine: Engine, until: float, phase: float = 0.0, cluster: bool = False
+    engine: Engine, until: float, phase: float = 0.0, cluster: bool = False, canary: bool = False
 ) -> tuple[float, str] | None:
     """Run the daemon's looks every ``watch.interval`` from ``phase`` until ``until``; the
     time a restart begins (the gate lets it through) and its reason's words, or None."""
-    daemon = Daemon(engine, cluster)
+    daemon = Daemon(engine, cluster, canary)
     t = phase
     while t <= until:
         if (restart := daemon.look(t)) is not None:
-            return t, restart.why
-        t += daemon.cfg.watch.interval
+            return engine.at, restart.why
+        t = engine.at + daemon.cfg.watch.interval  # the next tick: an interval after this one
     return None
 
 
@@ -176,17 +194,19 @@ def test_the_defaults_are_what_the_bound_is_shown_for() -> None:
     assert cfg.health.chat_interval == 600 and cfg.watch.boot_grace == 300
 
 
+@pytest.mark.parametrize("canary", [False, True], ids=["", "canary"])
 @pytest.mark.parametrize("load", [idle, streams], ids=["idle", "busy"])
 def test_a_wedge_begins_a_restart_within_90s_at_the_defaults_whenever_it_happens(
-    load: Callable[[float], tuple[float, float, float, float]],
+    load: Callable[[float], tuple[float, float, float, float]], canary: bool
 ) -> None:
-    """Every moment of the daemon's cycles (each second of the probe's and the look's phase):
-    the worst case is the bound."""
+    """Every moment of the daemon's cycles (each second of the probe's and the look's phase),
+    with the drafting canary off and on (on an idle engine it is owed and sent in the loop,
+    and one sent as the engine wedges holds the loop): the worst case is the bound."""
     worst = 0.0
     for second in range(40):
         for phase in (0.0, 2.5):
             wedged_at = 300.0 + second
-            found = simulate(Engine(load, wedged_at=wedged_at), 600.0, phase)
+            found = simulate(Engine(load, wedged_at=wedged_at), 600.0, phase, canary=canary)
             assert found is not None, f"wedged at {wedged_at}: never restarted"
             began, why = found
             assert why.startswith("wedged: no progress for"), why
@@ -237,4 +257,20 @@ def test_a_drafting_canary_sent_as_the_engine_wedges_is_judged_at_the_next_look(
     assert daemon.observer.drafting_canary(ORIGIN + 100.0) is not None  # hangs 45 s
     assert engine.at == 145.0
     restart = daemon.look(150.0)
+    assert restart is not None and restart.why.startswith("wedged: no progress for"), restart
+
+
+def test_a_canary_hung_after_a_chat_answered_but_not_yet_told_is_judged_at_the_next_look() -> None:
+    """The health chat answers, the engine wedges before the next look, and a drafting canary
+    sent then hangs: the next look tells both, and the hung canary, the later, is judged (the
+    benchmark once saw the answered chat told instead, and the wedge caught 100 s later)."""
+    engine = Engine(idle)
+    daemon = Daemon(engine)
+    t = 0.0
+    while daemon.look(t) is None and daemon.observer.prober.sent is None:
+        t += 5.0
+    engine.wedged_at = t + 0.5  # the chat just sent is answered (at once), then the wedge
+    engine.advance(t + 1.0)
+    assert daemon.observer.drafting_canary(ORIGIN + t + 1.0) is not None  # hangs 45 s
+    restart = daemon.look(engine.at + 5.0)
     assert restart is not None and restart.why.startswith("wedged: no progress for"), restart

@@ -117,6 +117,12 @@ class Prober:
         with self._lock:
             return self._sent
 
+    @property
+    def untold(self) -> bool:
+        """A chat in flight, or one that ended and is not yet told to the decider."""
+        with self._lock:
+            return self._sent is not None or self._done is not None
+
     def take(self) -> tuple[float | None, Answered | None]:
         """(when the one in flight was sent, the one that ended since the last take)."""
         with self._lock:
@@ -288,7 +294,7 @@ class Observer:
         if not seen.running:
             return seen
         scrape = check = None
-        probing = probe or self.prober.in_flight is not None
+        probing = probe or self.prober.untold or self._canary_hung is not None
         if t >= self.due["metrics"] or eager or probing:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
@@ -341,7 +347,7 @@ class Observer:
         health = self.parts.vllm.health(timeout=cfg.health.timeout)
         self.last_health = health.status
         unanswered, done = self.prober.take()
-        if done is None:
+        if self._canary_hung is not None:  # sent after any chat that ended: the latest word
             done, self._canary_hung = self._canary_hung, None
         if probe and unanswered is None and health.status == "up":
             self.prober.send(t)

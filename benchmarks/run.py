@@ -26,6 +26,7 @@ ALL = (
     "drafting_shape",
     "status_speed",
     "crash_detection",
+    "wedge_detection",
     "restart_overhead",
     "idle_footprint",
     "gateway",

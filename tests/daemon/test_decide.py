@@ -12,10 +12,10 @@ from sparkwarden.adapters.docker_events import ContainerEvent
 from sparkwarden.adapters.host import Memory
 from sparkwarden.base.containers import ContainerState
 from sparkwarden.config.schema import Config, parse
-from sparkwarden.daemon import decide, gates, publish
+from sparkwarden.daemon import decide, gates, publish, reconcile
 from sparkwarden.daemon import intents as do
 from sparkwarden.daemon.decide import Mind, Pending
-from sparkwarden.daemon.kept import GaveUp, Hold, OperatorStop
+from sparkwarden.daemon.kept import GaveUp, Hold, Identity, OperatorStop
 from sparkwarden.daemon.observe import EventSeen, HealthCheck, Observation, Recorded, Scrape
 from sparkwarden.evidence import triggers
 from sparkwarden.evidence.triggers import PastRun, Reason
@@ -511,3 +511,32 @@ def test_a_cluster_node_whose_memory_keeps_falling_requires_a_reboot_naming_it()
     assert flag.why.startswith("on spark2: ") and flag.fall_gib == 7.0
     (note,) = [i for i in said if isinstance(i, do.Notify)]
     assert note.subject == "spark2" and "on spark2" in note.summary
+
+
+def test_the_run_that_started_the_engine_ends_its_boot_grace_another_start_does_not() -> None:
+    """After sparkwarden's own restart, the run's chat probe proved the engine: the look that
+    then adopts the start it made keeps it proven (a wedge right after it is not hidden by the
+    boot grace); a start of anything else is known by nothing yet."""
+    outcome = Outcome(7, True, "vllm", None, container_id="id")
+    mind, _ = decide.after_run(Mind(), do.RunEnded("unhealthy", "wedged", outcome, T), False)
+    assert mind.health.proven and mind.health.proven_by == "id"
+    ours = Identity("vllm", "id", (T0 - timedelta(seconds=5)).isoformat())
+    adopted, _ = reconcile.apply(mind, reconcile.Reconciled([do.Adopt(ours, "started")]), T + 1)
+    assert adopted.health.proven
+    for other in (Identity("vllm", "other", ours.started_at), replace(ours, started_at=None)):
+        fresh, _ = reconcile.apply(mind, reconcile.Reconciled([do.Adopt(other, "started")]), T)
+        assert not fresh.health.proven
+    later = replace(ours, started_at=(T0 + timedelta(seconds=60)).isoformat())  # started since
+    fresh, _ = reconcile.apply(mind, reconcile.Reconciled([do.Adopt(later, "by hand")]), T + 61)
+    assert not fresh.health.proven
+
+
+def test_status_never_says_ok_while_the_daemons_chat_is_unanswered() -> None:
+    state = triggers.HealthState(last="ok", moved_at=T - 30)
+    said, age = publish.health_said(state, T - 23, T)
+    assert (said, age) == ("chat unanswered for 23s; nothing moved since", 23.0)
+    said, _ = publish.health_said(replace(state, moved_at=T - 2), T - 23, T)
+    assert said == "chat unanswered for 23s; tokens moved 2s ago"
+    assert publish.health_said(state, None, T) == ("ok", None)
+    longest, _ = publish.health_said(replace(state, moved_at=T - 1), T - 99999, T)
+    assert len(f"health:      {longest}") <= 80

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from sparkwarden.evidence.triggers import (
     memory_observe,
     memory_trend,
     off,
+    probe_due,
     uptime_due,
 )
 from sparkwarden.vllm.client import ChatOutcome, Health
@@ -281,7 +283,9 @@ def test_off_says_which_triggers_are_off_and_why() -> None:
     with pytest.raises(NoStats) as caught:
         parse(page)
     out = off(cfg, None, str(caught.value), None)
-    assert set(out) == {"uptime", "acceptance", "stall", "drain", "health chat"}
+    assert set(out) == {"uptime", "acceptance", "stall", "drain", "health chat", "wedge"}
+    chatting = Config.model_validate({"llm": LLM})
+    assert "a queue cannot be told from a wedge" in off(chatting, None, "no stats", None)["wedge"]
     assert "--disable-log-stats" in out["acceptance"] and "--disable-log-stats" in out["stall"]
     assert (
         out["drain"] == "no request gauges: a planned restart waits the whole drain deadline (600s)"
@@ -386,3 +390,173 @@ def test_drain_with_a_stuck_gauge_reads_idle_from_the_tokens() -> None:
     for t in range(0, 600, 10):
         state, go = drain_observe(state, frozen(), t, cfg)
         assert go is None
+
+
+# --- a wedge: the daemon's own request unanswered while nothing moves ------------------------
+
+WEDGE = HealthConfig(failures=3, stall_after=300)  # wedge_after at its default, 45 s
+
+
+def still(
+    running: float = 0.0,
+    waiting: float = 0.0,
+    generation: float = 5000.0,
+    prompt: float = 9000.0,
+    kv: float = 0.07,
+) -> EngineMetrics:
+    return EngineMetrics(None, running, waiting, generation, kv, prompt)
+
+
+def look(
+    state: HealthState,
+    t: float,
+    metrics: EngineMetrics,
+    unanswered: float | None = None,
+    canary: ChatOutcome | None = None,
+    canary_sent: float | None = None,
+    uptime: float = 3600.0,
+) -> tuple[HealthState, str | None]:
+    return health_observe(
+        state,
+        t=t,
+        uptime_s=uptime,
+        boot_grace=300,
+        health=UP,
+        canary=canary,
+        metrics=metrics,
+        cfg=WEDGE,
+        unanswered=unanswered,
+        canary_sent=canary_sent,
+    )
+
+
+@pytest.mark.parametrize("running", [0.0, 4.0], ids=["idle", "busy"])
+def test_a_wedge_behind_a_200_fires_after_wedge_after_of_no_progress(running: float) -> None:
+    """A stopped worker (vLLM 0.32, SIGSTOP): /health 200, gauges and counters frozen, the
+    daemon's chat unanswered: a wedge once nothing moved for ``wedge_after`` since it was sent."""
+    state, _ = look(HealthState(), 0, still(running))
+    fired = None
+    for t in range(5, 120, 5):
+        state, why = look(state, t, still(running), unanswered=10.0)
+        if why is not None:
+            fired = (t, why)
+            break
+    assert fired is not None and fired[0] == 55  # sent at 10, 45 s of nothing
+    assert fired[1].startswith("wedged: no progress for 45s")
+    assert f"({running:g} running, 0 waiting)" in fired[1]
+
+
+def test_a_probe_behind_a_queue_that_moves_is_never_a_wedge() -> None:
+    """A full engine: the daemon's chat waits behind 64 streams for ten minutes; tokens move."""
+    state = HealthState()
+    for t in range(0, 600, 5):
+        busy = still(running=64, waiting=30, generation=5000.0 + 40 * t)
+        state, why = look(state, t, busy, unanswered=1.0)
+        assert why is None and state.failures == 0, why
+
+
+def test_a_long_prefill_moves_only_the_kv_cache_and_is_not_a_wedge() -> None:
+    """A 262k prompt's chunked prefill: no token counted for minutes, the KV cache filling."""
+    state = HealthState()
+    for t in range(0, 300, 5):
+        prefill = still(running=1, waiting=1, kv=0.05 + t / 1000)
+        state, why = look(state, t, prefill, unanswered=2.0)
+        assert why is None, why
+
+
+def test_a_prefill_of_30s_with_nothing_moving_then_the_answer_is_not_a_wedge() -> None:
+    """The worst case the bound allows: a 32k prompt on a 27B dense (30 s of prefill) that
+    moves nothing (no KV cache gauge), the daemon's chat queued behind it from its start."""
+    state, _ = look(HealthState(), 0, still(running=1))
+    for t in range(5, 35, 5):
+        state, why = look(state, t, still(running=1, kv=0.07), unanswered=0.0)
+        assert why is None
+    # the prefill ends: its prompt tokens are counted, the chat answers
+    state, why = look(state, 35, still(running=1, prompt=41768.0), unanswered=0.0)
+    state, why = look(state, 40, still(prompt=41768.0, generation=5001.0), None, OK, 0.0)
+    assert why is None and state.proven and state.unanswered_since is None
+
+
+OK = ChatOutcome(True, "answered 'ready' (finish_reason stop)")
+
+
+def test_a_chat_timed_out_behind_a_moving_queue_is_no_failure() -> None:
+    late = ChatOutcome(False, "no answer within 180s", timed_out=True)
+    state, _ = look(HealthState(), 0, still(running=64))
+    state, _ = look(state, 100, still(running=64, generation=9000.0), unanswered=0.0)
+    state, why = look(state, 180, still(running=64, generation=9900.0), None, late, 0.0)
+    assert why is None and state.failures == 0
+
+
+def test_a_request_of_the_daemons_that_timed_out_with_nothing_moving_is_a_wedge() -> None:
+    """A drafting canary runs in the loop, bounded by ``wedge_after``: one sent as the engine
+    wedged comes back timed out, and is judged as the daemon's request unanswered that long."""
+    hung = ChatOutcome(False, "drafting canary: no answer within 45s", timed_out=True)
+    state, _ = look(HealthState(), 0, still())
+    state, why = look(state, 50, still(), None, hung, 5.0)
+    assert why is not None and why.startswith("wedged: no progress for 45s"), why
+    # the same, with the health chat sent in the check that reads the canary's end
+    state, _ = look(HealthState(), 0, still())
+    state, why = look(state, 50, still(), 50.0, hung, 5.0)
+    assert why is not None and why.startswith("wedged: no progress for 45s"), why
+    # one that timed out on a slow engine that moved meanwhile (its own tokens) is not
+    state, _ = look(HealthState(), 0, still())
+    state, why = look(state, 50, still(generation=5256.0), None, hung, 5.0)
+    assert why is None
+
+
+def test_a_sleeping_engine_queues_the_chat_and_is_not_wedged() -> None:
+    asleep = EngineMetrics(None, 0.0, 1.0, 5000.0, prompt_tokens=9.0, sleeping=True)
+    state = HealthState()
+    for t in range(0, 600, 5):
+        state, why = look(state, t, asleep, unanswered=0.0)
+        assert why is None
+    assert not probe_due(state, 600, WEDGE)
+
+
+def test_the_chat_answered_ends_the_boot_grace() -> None:
+    """Started outside sparkwarden: in the grace its silence is not judged; the first chat it
+    answers ends the grace, and a wedge after it is caught, whatever the uptime."""
+    state, why = look(HealthState(), 0, still(), unanswered=0.0, uptime=10)
+    state, why = look(state, 100, still(), unanswered=0.0, uptime=110)
+    assert why is None and "booting" in state.last and not state.proven
+    state, why = look(state, 105, still(generation=5001.0), None, OK, 0.0, uptime=115)
+    assert state.proven
+    state, why = look(state, 120, still(generation=5001.0), unanswered=120.0, uptime=130)
+    state, why = look(state, 165, still(generation=5001.0), unanswered=120.0, uptime=175)
+    assert why is not None and why.startswith("wedged")
+    # the run's chat probe proves a start of sparkwarden's own (decide.after_run)
+    state, why = look(HealthState(proven=True), 0, still(), unanswered=0.0, uptime=5)
+    state, why = look(state, 45, still(), unanswered=0.0, uptime=50)
+    assert why is not None and why.startswith("wedged")
+
+
+def test_when_the_health_chat_is_sent() -> None:
+    cfg = HealthConfig()  # interval 15 s, chat_interval 10 min
+    assert probe_due(HealthState(), 0, cfg)  # none sent yet
+    state = HealthState(probed_at=100.0, moved_at=100.0)
+    assert not probe_due(state, 110, cfg)
+    assert probe_due(state, 115, cfg)  # nothing moved for an interval: idle, or wedged
+    moving = replace(state, moved_at=114.0)
+    assert not probe_due(moving, 115, cfg)  # tokens move: the engine proves itself
+    assert probe_due(replace(moving, moved_at=699.0), 700, cfg)  # chat_interval, whatever moves
+    assert probe_due(replace(moving, failures=1), 101, cfg)  # a quicker second look
+    assert not probe_due(replace(state, unanswered_since=110.0), 200, cfg)  # one at a time
+    assert not probe_due(state, 200, HealthConfig(chat_interval=0))
+    assert probe_due(replace(state, suspect="frozen"), 101, HealthConfig(chat_interval=0))
+
+
+def test_failed_health_chats_count_in_a_row_across_checks_that_send_none() -> None:
+    """The chat is answered a check after it is sent: the checks between say nothing of it."""
+    bad = ChatOutcome(False, "HTTP 500: EngineCore died")
+    state, why = check(HealthState(), 0, UP, canary=bad)
+    for t in (1, 2, 3):
+        state, why = check(state, t, UP)
+        assert why is None and state.failures == 1
+    state, why = check(state, 4, UP, canary=bad)
+    state, why = check(state, 5, UP, canary=bad)
+    assert why is not None and "3 checks in a row" in why
+    answered = ChatOutcome(True, "answered 'ready'")
+    state, _ = check(HealthState(), 0, UP, canary=bad)
+    state, _ = check(state, 1, UP, canary=answered)
+    assert state.failures == 0 and not state.chat_failed

@@ -12,7 +12,11 @@ container that bind-mounts ``/usr``. Endpoints and exposition follow a real serv
 
 Fault modes (flags): slow boot, never healthy, chat fails, zombie (healthy, dies on the first
 chat), crash after N seconds (on every start, or once), acceptance decay, stalled engine (chats
-hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats.
+hang), stuck request gauge (chats answered), ignore SIGTERM, broken metrics, --disable-log-stats,
+and a wedge (``--wedge-after``, or SIGUSR1): vLLM 0.32 with its worker SIGSTOPped, ``/health`` and
+``/v1/models`` 200, every chat hanging, every counter and gauge frozen at its last value.
+``--prefill-tokens-per-s`` prefills each prompt (a token a word) at that pace before its first
+token, counting nothing until it ends (1092: a 27B dense's 30 s at 32k on a Spark).
 
 Several nodes as one engine (``--nnodes``, vLLM's own multi-node mode): rank 0 keeps its port
 closed until every other rank joined; a rank lost later makes requests hang, then the engine

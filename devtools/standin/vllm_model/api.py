@@ -45,6 +45,14 @@ def chat_request(engine: Engine, body: dict[str, object], max_tokens: int) -> Re
     return engine.traffic.start(prompt, max_tokens, seed if isinstance(seed, int) else 0, greedy)
 
 
+def prompt_tokens(body: dict[str, object]) -> int:
+    """The prompt's length as the stand-in counts it: a token a word of every message."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return 0
+    return sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
+
+
 def usage_info(completion: int, prompt: int = 12) -> dict[str, int]:
     return {
         "prompt_tokens": prompt,
@@ -226,17 +234,21 @@ class Handler(BaseHTTPRequestHandler):
         if args.stall:  # a hung scheduler: the request is taken and never answered
             time.sleep(3600)
             return
+        engine.hold_if_wedged()  # taken, never answered
         max_tokens = int(body.get("max_tokens") or 16)
         request = chat_request(engine, body, max_tokens) if engine.traffic else None
         n = body.get("n") or 1
+        prompt = prompt_tokens(body)
         if body.get("stream"):
             options = body.get("stream_options")
             usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            self._stream(max_tokens, request, usage, n)
+            self._stream(max_tokens, request, usage, n, prompt)
         else:
-            self._answer(max_tokens, request, n)
+            self._answer(max_tokens, request, n, prompt)
 
-    def _stream(self, max_tokens: int, request: Request | None, usage: bool, n: object) -> None:
+    def _stream(
+        self, max_tokens: int, request: Request | None, usage: bool, n: object, prompt: int = 0
+    ) -> None:
         """vLLM's SSE: a role chunk, one chunk per token (per verify step with --traffic), a
         finish chunk, the usage chunk if ``stream_options.include_usage`` (where vLLM 0.33
         puts ``metrics``), ``[DONE]``."""
@@ -259,14 +271,19 @@ class Handler(BaseHTTPRequestHandler):
         event({"role": "assistant", "content": ""})
         made = 0
         if request is not None:
-            if not self.engine.play(request, lambda tokens: event({"content": "ready " * tokens})):
+
+            def emit(tokens: int) -> None:
+                event({"content": "ready " * tokens})
+
+            if not self.engine.play(request, emit, prompt):
                 self.close_connection = True  # cut mid-generation: no finish, no [DONE]
                 return
             made = request.made
         else:
-            with self.engine.generating():
+            with self.engine.generating(prompt):
                 for i in range(max_tokens):
                     time.sleep(self.args.token_delay)
+                    self.engine.hold_if_wedged()
                     if self.engine.aborting:  # cut mid-generation: no finish chunk, no [DONE]
                         self.close_connection = True
                         return
@@ -290,12 +307,12 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def _answer(self, max_tokens: int, request: Request | None, n: object) -> None:
+    def _answer(self, max_tokens: int, request: Request | None, n: object, prompt: int = 0) -> None:
         text = "ready"
         made = min(1, max_tokens)
         extra: dict[str, object] = {}
         if request is not None:
-            if not self.engine.play(request):
+            if not self.engine.play(request, prompt_tokens=prompt):
                 self.close_connection = True  # aborted: no answer
                 return
             made = request.made
@@ -304,8 +321,9 @@ class Handler(BaseHTTPRequestHandler):
                 level = self.args.per_request_spec_decode_metrics
                 extra["metrics"] = per_request_metrics(request.drafting, level, n, False)
         else:
-            with self.engine.generating():
+            with self.engine.generating(prompt):
                 time.sleep(self.args.token_delay)
+                self.engine.hold_if_wedged()
             with self.engine.lock:
                 self.engine.generation += 1
                 self.engine.prompt += 12

@@ -59,11 +59,40 @@ class Engine:
         self._work_at = self.clock()
         #: the other ranks, when this is rank 0 of several nodes (--nnodes)
         self.ranks: Ranks | None = None
+        #: the page as it was when the engine wedged: a stopped worker moves nothing
+        self.frozen: str | None = None
+
+    def wedge(self) -> None:
+        """Stop making progress, as a SIGSTOPped ``VLLM::Worker`` does on vLLM 0.32: the API
+        server still answers ``/health`` and ``/v1/models``, every request hangs, and the
+        gauges and counters freeze at their last values."""
+        page = self.exposition()
+        with self.lock:
+            self.frozen = page
+
+    def hold_if_wedged(self) -> None:
+        """A request in flight when the engine wedged never moves again."""
+        while self.frozen is not None:
+            time.sleep(0.5)
+
+    def prefill(self, tokens: int) -> None:
+        """The prompt's prefill at ``--prefill-tokens-per-s`` (a request holding its place):
+        nothing is counted until it ends, then its prompt tokens at once."""
+        pace = float(self.args.prefill_tokens_per_s)
+        if pace <= 0:
+            return
+        end = time.monotonic() + tokens / pace
+        while time.monotonic() < end and not self.aborting:
+            self.hold_if_wedged()
+            time.sleep(min(TICK * 10, max(0.0, end - time.monotonic())))
+        with self.lock:
+            self.prompt += tokens
 
     @contextlib.contextmanager
-    def generating(self) -> Iterator[None]:
+    def generating(self, prompt_tokens: int = 0) -> Iterator[None]:
         """A request being generated: the request gauge shows it, a graceful SIGTERM waits on it.
-        Under ``--contention serial`` it first waits its turn (shown as waiting)."""
+        Under ``--contention serial`` it first waits its turn (shown as waiting), then its
+        prompt is prefilled (``--prefill-tokens-per-s``)."""
         ticket = object()
         with self.cond:
             self.queue.append(ticket)
@@ -74,6 +103,7 @@ class Engine:
             self._settle()
             self.extra_running += 1
         try:
+            self.prefill(prompt_tokens)
             yield
         finally:
             with self.cond:
@@ -111,15 +141,18 @@ class Engine:
                     self.per_pos[pos] += 1
             self.generation += 1 + accepted
 
-    def play(self, request: Request, emit: Callable[[int], None] | None = None) -> bool:
+    def play(
+        self, request: Request, emit: Callable[[int], None] | None = None, prompt_tokens: int = 0
+    ) -> bool:
         """Generate ``request`` step by step at ``--steps-per-s`` slowed by the contention law,
         each step counted as it completes; ``emit(tokens)`` after each. False if aborted."""
         pace = float(self.args.steps_per_s)
-        with self.generating():
+        with self.generating(prompt_tokens):
             with self.lock:
                 begun = self._settle()
             done = 0
             while not request.done:
+                self.hold_if_wedged()
                 if self.aborting:
                     return False
                 with self.lock:
@@ -171,6 +204,8 @@ class Engine:
             self.prompt += 4 * drafts
 
     def exposition(self) -> str:
+        if self.frozen is not None:
+            return self.frozen
         self.advance()
         with self.lock:
             queued = len(self.queue) - self.extra_running

@@ -67,6 +67,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="no traffic but num_requests_running stuck at --running; chats are answered",
     )
     p.add_argument("--token-delay", type=float, default=0.0, help="seconds per generated token")
+    p.add_argument(
+        "--wedge-after",
+        type=float,
+        default=None,
+        help="wedge this long after serving, as a SIGSTOPped worker (SIGUSR1: at once): /health "
+        "and /v1/models 200, every chat hangs, every counter and gauge frozen",
+    )
+    p.add_argument(
+        "--prefill-tokens-per-s",
+        type=float,
+        default=0.0,
+        help="a request's prompt (a token a word) is prefilled at this pace before its first "
+        "token, nothing counted meanwhile (1092: a 27B dense's 30 s at 32k on a Spark); 0: at once",
+    )
     p.add_argument("--vllm-version", default="0.33.0", help="what GET /version says")
     p.add_argument("--sleep-level", type=int, choices=[0, 1, 2], default=None, help="start asleep")
     p.add_argument(

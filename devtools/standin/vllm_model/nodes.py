@@ -33,6 +33,8 @@ class Ranks:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.lost: set[int] = set()
+        #: told when a rank is lost: a stuck collective stops every step (the engine wedges)
+        self.on_lost: Callable[[], None] = lambda: None
 
     def gather(self) -> None:
         """Block until every other rank said hello (the API port stays closed meanwhile)."""
@@ -60,6 +62,7 @@ class Ranks:
                 pass
         self.lost.add(rank)  # nothing said: only the next collective notices
         print(f"rank {rank}: connection gone", flush=True)
+        self.on_lost()  # no step completes any more: every series freezes, /health says 200
 
     def collective(self) -> None:
         """A step that needs every rank: with one lost it hangs, then the engine dies."""

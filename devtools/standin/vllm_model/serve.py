@@ -88,7 +88,23 @@ def main(argv: list[str]) -> None:
         )
     engine = Engine(args)
     engine.ranks = ranks
+    if ranks is not None:
+        ranks.on_lost = engine.wedge
+    signal.signal(signal.SIGUSR1, lambda _sig, _frame: _wedge(engine))
+    if args.wedge_after is not None:
+        threading.Timer(args.wedge_after, _wedge, (engine,)).start()
     server = ThreadingHTTPServer((args.host, args.port), partial(Handler, engine, args))
     server.daemon_threads = True
     print(f"serving {args.model} on :{args.port} mode={args.mode}", flush=True)
     server.serve_forever()
+
+
+def _wedge(engine: Engine) -> None:
+    """The worker stops (``--wedge-after``, or SIGUSR1: what ``kill -STOP`` of vLLM's worker
+    does); in a thread, since a signal handler may interrupt the lock it takes."""
+
+    def wedge() -> None:
+        engine.wedge()
+        print("wedged: the worker makes no progress (health 200, chats hang)", flush=True)
+
+    threading.Thread(target=wedge, daemon=True).start()

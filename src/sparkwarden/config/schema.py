@@ -239,12 +239,18 @@ class WatchConfig(_Section):
 class HealthConfig(_Section):
     """When a running container counts as a dead engine."""
 
-    interval: PositiveDuration = 30.0
+    #: /health, and the 1-token health chat while no token moves (idle, or wedged)
+    interval: PositiveDuration = 15.0
     timeout: PositiveDuration = 10.0
-    #: the health chat: one real chat request behind /health (only when idle); 0: never
+    #: the health chat also this often whatever moves (behind a queue it waits its turn); 0:
+    #: never, and no wedge is judged
     chat_interval: Duration = 600.0
     failures: Annotated[int, Field(ge=1)] = 3
     stall_after: PositiveDuration = 300.0
+    #: the health chat unanswered and no progress evidence (tokens, KV cache) for this long: a
+    #: wedged engine behind a 200; above a long prefill's frozen tokens (30 s at 32k on a 27B
+    #: dense), within 90 s of a wedge at the defaults; 0: off
+    wedge_after: Duration = 45.0
 
 
 #: The drafting canary's shipped prompts: math, code and prose, each long enough to draft a

@@ -219,21 +219,28 @@ def on_engine(mind: Mind, seen: Observation, cfg: Config) -> Transition:
         intents += more
     if seen.check is not None and seen.active is not None:
         before = mind.health
+        uptime = seen.active.uptime_s(now)
         health, why = triggers.health_observe(
             mind.health,
             t=t,
-            uptime_s=seen.active.uptime_s(now),
+            uptime_s=uptime,
             boot_grace=cfg.watch.boot_grace,
             health=seen.check.health,
             canary=seen.check.canary,
             metrics=seen.check.engine,
             cfg=cfg.health,
+            unanswered=seen.check.unanswered,
+            canary_sent=seen.check.canary_sent,
+            readings=seen.check.readings,
         )
         mind = replace(mind, health=health)
         if health.suspect and not before.suspect:
             intents.append(Say("warning", "stall_suspected", {"why": health.suspect}))
         if health.stuck_gauge and not before.stuck_gauge:
             intents.append(Say("warning", "stuck_gauge", {"why": health.stuck_gauge}))
+        if health.proven and not before.proven and (uptime or 0.0) < cfg.watch.boot_grace:
+            said = {"uptime_s": round(uptime or 0.0), "why": "it answered the daemon's chat"}
+            intents.append(Say("info", "boot_grace_ended", said))
         if why:
             mind, more = want(mind, "unhealthy", why, t)
             intents += more
@@ -376,6 +383,11 @@ def on_canary(mind: Mind, taken: canary_reading.Round, subject: str, cfg: Config
     return mind, intents
 
 
+def probe_wanted(mind: Mind, t: float, cfg: Config) -> bool:
+    """The health chat is due now (:func:`triggers.probe_due`)."""
+    return triggers.probe_due(mind.health, t, cfg.health)
+
+
 def canary_owed(mind: Mind, t: float, cfg: Config) -> bool:
     """A drafting canary is owed: the observer reads /metrics every tick until it finds the
     engine idle."""
@@ -446,7 +458,13 @@ def after_run(mind: Mind, ended: RunEnded, stopping: bool) -> Transition:
     """Notify how it went; an automatic run that failed owes a retry (budget permitting)."""
     outcome, reason = ended.outcome, ended.reason
     watch = cluster_watch.after_run(mind.cluster)
-    mind = replace(mind, health=HealthState(), last_run_end=ended.at, cluster=watch)
+    # the run's chat probe answered: this start has proven itself, the boot grace is over
+    proven = (
+        HealthState(proven=True, proven_by=outcome.container_id, probed_at=ended.at)
+        if outcome.ok
+        else HealthState()
+    )
+    mind = replace(mind, health=proven, last_run_end=ended.at, cluster=watch)
     intents: list[Intent] = []
     if outcome.ok and reason not in AUTOMATIC:  # an operator's run clears it all
         intents.append(ClearGaveUp(ended.at))

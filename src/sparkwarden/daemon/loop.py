@@ -320,10 +320,8 @@ class Daemon:
         self._decide(reconcile.apply(self.mind, verdict, t))
         self._decide(decide.on_look(self.mind, self.seen, self.config))
         eager = decide.canary_owed(self.mind, t, self.config)
-        health = self.mind.health
-        self.seen = self.observer.engine(
-            self.seen, eager, health.suspect is not None, health.stuck_gauge is not None
-        )
+        probe = decide.probe_wanted(self.mind, t, self.config)
+        self.seen = self.observer.engine(self.seen, eager, probe)
         self._decide(decide.on_engine(self.mind, self.seen, self.config))
         run_going = bool(self.hands.step is not None or self.hands.run_lock.held_by_other())
         self._decide(rotation.on_rotation(self.mind, self.seen, self.config, run_going))

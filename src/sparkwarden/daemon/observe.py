@@ -7,6 +7,8 @@ and the health chat are next due) and the last of each reading, for the status s
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,9 +55,84 @@ class Scrape:
 @dataclass(frozen=True)
 class HealthCheck:
     health: Health
+    #: the daemon's health chat that ended since the last check (None: none did)
     canary: ChatOutcome | None
     engine: metrics.EngineMetrics | None  # the latest /metrics: a busy engine answers slowly
     gateway: ChatOutcome | None = None  # the users' path, after a good canary (gateway.watch)
+    #: when the health chat still in flight was sent (None: none is)
+    unanswered: float | None = None
+    #: when the one that ended (``canary``) was sent
+    canary_sent: float | None = None
+    #: every /metrics read since the last check, with its time (the drafting canary's too):
+    #: when the engine last moved is known to the read, not to the check
+    readings: tuple[tuple[float, metrics.EngineMetrics], ...] = ()
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A health chat that ended: when it was sent, what the engine said, and the users' path."""
+
+    sent: float
+    outcome: ChatOutcome
+    gateway: ChatOutcome | None = None
+
+
+class Prober:
+    """The daemon's health chat, in a thread of its own.
+
+    The loop never waits on it: a request that neither answers nor errors is then a fact the
+    decider reads (unanswered since when) while the loop goes on reading the counters that say
+    whether the engine works on anything. At most one is in flight; one sent to an engine that
+    was since restarted or replaced is forgotten (its answer says nothing of the new one)."""
+
+    def __init__(self, ask: Callable[[], Answered]) -> None:
+        """``ask``: the chat (and the users' path after it), blocking up to its own timeout;
+        its ``sent`` is replaced by the time the prober sent it."""
+        self._ask = ask
+        self._lock = threading.Lock()
+        self._sent: float | None = None
+        self._done: Answered | None = None
+        self._round = 0
+
+    def send(self, t: float) -> None:
+        with self._lock:
+            if self._sent is not None:
+                return
+            self._sent, this = t, self._round
+        threading.Thread(target=self._run, args=(this, t), name="health-chat", daemon=True).start()
+
+    def _run(self, this: int, t: float) -> None:
+        try:
+            answered = replace(self._ask(), sent=t)
+        except Exception as exc:  # a bug in a read must not leave it "in flight" for ever
+            log.error("health_chat_failed", error=repr(exc))
+            answered = Answered(t, ChatOutcome(False, f"internal error: {type(exc).__name__}"))
+        with self._lock:
+            if this == self._round:
+                self._sent, self._done = None, answered
+
+    @property
+    def in_flight(self) -> float | None:
+        """When the chat still unanswered was sent; None when none is."""
+        with self._lock:
+            return self._sent
+
+    @property
+    def untold(self) -> bool:
+        """A chat in flight, or one that ended and is not yet told to the decider."""
+        with self._lock:
+            return self._sent is not None or self._done is not None
+
+    def take(self) -> tuple[float | None, Answered | None]:
+        """(when the one in flight was sent, the one that ended since the last take)."""
+        with self._lock:
+            done, self._done = self._done, None
+            return self._sent, done
+
+    def forget(self) -> None:
+        with self._lock:
+            self._round += 1
+            self._sent = self._done = None
 
 
 @dataclass(frozen=True)
@@ -144,11 +221,19 @@ def read_journal(kept: Kept, t: float, window: float) -> Recorded:
 
 
 class Observer:
-    def __init__(self, config: Config, parts: Parts, lease: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        lease: Callable[[float], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``clock``: what each reading is timed by (a test's simulated one)."""
         self.config = config
+        self.clock = clock
         self.parts = parts
         self.lease = lease
-        self.due = {"health": 0.0, "metrics": 0.0, "canary": 0.0}
+        self.due = {"health": 0.0, "metrics": 0.0}
         self.last_scrape = Scrape(None, "not scraped yet")
         self.last_probe = ""
         #: /health's last answer ("up", "loading", "dead"; "-" before any)
@@ -160,6 +245,11 @@ class Observer:
         self._release_of: tuple[str, object] | None = None
         #: looks begun since the daemon started; a snapshot is published after its look ends
         self.looks = 0
+        self.prober = Prober(self._health_chat)
+        #: a drafting canary's request that went unanswered (it ran in the loop): told to the
+        #: next health check as the daemon's request it is
+        self._canary_hung: Answered | None = None
+        self._readings: list[tuple[float, metrics.EngineMetrics]] = []
 
     def look(self, t: float, last_container: str | None) -> Observation:
         """Docker and memory, every tick: quick reads, acted on before the engine's slow ones."""
@@ -194,28 +284,24 @@ class Observer:
             rotation=rotation_flag.read(cfg.rotation.flag) if cfg.rotation else None,
         )
 
-    def engine(
-        self,
-        seen: Observation,
-        eager: bool = False,
-        confirm_stall: bool = False,
-        stuck: bool = False,
-    ) -> Observation:
+    def engine(self, seen: Observation, eager: bool = False, probe: bool = False) -> Observation:
         """The look, with /metrics and /health added when they are due and the LLM runs
         (/metrics every tick when ``eager``: a drafting canary waits for an idle spell).
-        ``confirm_stall``: a stall is suspected, send the chat even while busy; ``stuck``: the
-        request gauge is known stuck, so it does not say busy."""
+        ``probe``: the decider wants the health chat sent now (:func:`triggers.probe_due`);
+        while one is in flight both are read at every look, so a wedge is judged on fresh
+        counters."""
         cfg, t = self.config, seen.t
         if not seen.running:
             return seen
         scrape = check = None
-        if t >= self.due["metrics"] or eager:
+        probing = probe or self.prober.untold or self._canary_hung is not None
+        if t >= self.due["metrics"] or eager or probing:
             self.due["metrics"] = t + min(cfg.health.interval, 30.0)
             scrape = self.scrape()
             self._read_release(seen.active, scrape)
-        if t >= self.due["health"]:
+        if t >= self.due["health"] or probing:
             self.due["health"] = t + cfg.health.interval
-            check = self._check_health(t, confirm_stall, stuck)
+            check = self._check_health(t, probe)
         return replace(seen, scrape=scrape, check=check)
 
     def scrape(self) -> Scrape:
@@ -230,8 +316,14 @@ class Observer:
                 scrape = Scrape(None, str(exc))
         if scrape.engine is None:
             log.warning("metrics_unusable", note=scrape.note)
+        else:
+            self._read(scrape.engine)
         self.last_scrape = scrape
         return scrape
+
+    def _read(self, engine: metrics.EngineMetrics) -> None:
+        """A reading kept for the next health check (bounded: a few minutes of looks)."""
+        self._readings = [*self._readings[-63:], (self.clock(), engine)]
 
     def _read_release(self, active: ContainerState | None, scrape: Scrape) -> None:
         """``GET /version`` once the engine serves its page, once per container start."""
@@ -247,56 +339,87 @@ class Observer:
                 doctor_rules.fills_free_memory(attrs, self.release) if attrs else None
             )
 
-    def _check_health(self, t: float, confirm_stall: bool, stuck: bool) -> HealthCheck:
-        """/health, and the health chat when due and the engine is idle enough to spare it, or
-        when a suspected stall needs one real chat to confirm it."""
-        cfg, vllm = self.config, self.parts.vllm
-        watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
-        probes = 2 if watched else 1  # the canary, then the users' path
-        self.lease(2 * cfg.health.timeout + probes * cfg.llm.probe_timeout + MARGIN)
-        health = vllm.health(timeout=cfg.health.timeout)
+    def _check_health(self, t: float, probe: bool) -> HealthCheck:
+        """/health, what the health chat in flight or ended says, and the chat sent when the
+        decider wants it and /health answers (a failing /health is counted on its own)."""
+        cfg = self.config
+        self.lease(cfg.health.timeout + MARGIN)
+        health = self.parts.vllm.health(timeout=cfg.health.timeout)
         self.last_health = health.status
-        engine = self.last_scrape.engine
-        busy = engine is not None and engine.busy and not stuck
-        # asleep, vLLM takes a chat and leaves it unanswered until it wakes (core.py 0.33.0:
-        # 993-1029): a canary would hang the loop for its timeout and prove nothing
-        asleep = engine is not None and engine.sleeping
-        canary_due = cfg.health.chat_interval > 0 and t >= self.due["canary"]
-        if not confirm_stall and (not canary_due or health.status != "up" or busy or asleep):
-            return HealthCheck(health, None, engine)
-        self.due["canary"] = t + cfg.health.chat_interval
+        unanswered, done = self.prober.take()
+        if self._canary_hung is not None:  # sent after any chat that ended: the latest word
+            done, self._canary_hung = self._canary_hung, None
+        if probe and unanswered is None and health.status == "up":
+            self.prober.send(t)
+            unanswered = t
+        if done is not None:
+            # the detail is bounded where it is made (40 characters of the answer); status
+            # wraps it
+            self.last_probe = f"{'ok' if done.outcome.ok else 'FAILED'} {done.outcome.detail}"[:200]
+        readings, self._readings = tuple(self._readings), []
+        return HealthCheck(
+            health,
+            done.outcome if done else None,
+            self.last_scrape.engine,
+            done.gateway if done else None,
+            unanswered=unanswered,
+            canary_sent=done.sent if done else None,
+            readings=readings,
+        )
+
+    def _health_chat(self) -> Answered:
+        """The health chat itself (in the prober's thread): one short real chat, then the
+        users' path when the engine answered and ``gateway.watch`` says so."""
+        cfg, vllm = self.config, self.parts.vllm
         model = cfg.llm.model or vllm.served_model()
-        canary = (
+        outcome = (
             vllm.chat(model, timeout=cfg.llm.probe_timeout)
             if model
             else ChatOutcome(False, "/v1/models names no model")
         )
-        # the detail is bounded where it is made (40 characters of the answer); status wraps it
-        self.last_probe = f"{'ok' if canary.ok else 'FAILED'} {canary.detail}"[:200]
+        watched = self.parts.gateway if cfg.gateway is not None and cfg.gateway.watch else None
         gateway = None
-        if canary.ok and watched is not None and cfg.gateway is not None:
+        if outcome.ok and watched is not None and cfg.gateway is not None:
             gateway = watched.chat(cfg.gateway.model, timeout=cfg.llm.probe_timeout)
-        return HealthCheck(health, canary, engine, gateway)
+        return Answered(0.0, outcome, gateway)
 
     def drafting_canary(self, t: float) -> Round | None:
-        """The drafting canary's requests and the scrapes around them (None: no model named)."""
+        """The drafting canary's requests and the scrapes around them (None: no model named,
+        or the health chat is in flight: its tokens would spoil the canary's; owed still, it is
+        taken at a later look)."""
         cfg, vllm = self.config, self.parts.vllm
+        if self.prober.in_flight is not None:
+            return None
         model = cfg.llm.model or vllm.served_model()
         if not model:
             return None
-        timeout, scrapes = cfg.llm.probe_timeout, 2 * cfg.health.timeout
+        # it blocks the loop: on an engine that wedges meanwhile, no longer than a wedge takes
+        # to be judged (its unanswered request is then judged as one)
+        wedge = cfg.health.wedge_after
+        timeout = min(cfg.llm.probe_timeout, wedge) if wedge > 0 else cfg.llm.probe_timeout
+        scrapes = 2 * cfg.health.timeout
         self.lease(len(cfg.acceptance.canary_prompts) * (timeout + scrapes) + MARGIN)
         canary = cfg.acceptance
 
         def scrape() -> metrics.EngineMetrics | None:
             text = vllm.metrics(timeout=min(timeout, 10.0))
             try:
-                return metrics.parse(text) if text is not None else None
+                engine = metrics.parse(text) if text is not None else None
             except metrics.MetricsError:
                 return None
+            if engine is not None:
+                self._read(engine)
+            return engine
 
         def ask(prompt: str) -> Answer:
-            return vllm.canary(model, prompt, canary.canary_max_tokens, canary.canary_seed, timeout)
+            sent = self.clock()
+            answer = vllm.canary(
+                model, prompt, canary.canary_max_tokens, canary.canary_seed, timeout
+            )
+            if answer.timed_out:
+                said = ChatOutcome(False, f"drafting canary: {answer.detail}", timed_out=True)
+                self._canary_hung = Answered(sent, said)
+            return answer
 
         # the answers' own stats make the scrapes a cross-check only
         return canary_reading.take(canary.canary_prompts, scrape, ask, t)
@@ -311,8 +434,9 @@ class Observer:
             return EventSeen(event, error=str(exc))
 
     def after_run(self, t: float, ok: bool) -> None:
-        """A fresh engine: check it at once, but leave the canary for an interval."""
-        self.due = {"health": 0.0, "metrics": 0.0, "canary": t + self.config.health.chat_interval}
+        """A fresh engine: check it at once; a health chat sent to the old one is forgotten."""
+        self.due = {"health": 0.0, "metrics": 0.0}
+        self.prober.forget()
         self.last_health = "up" if ok else "-"
         if ok:
             self.last_probe = "ok (the run's chat probe)"

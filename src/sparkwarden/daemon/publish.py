@@ -96,6 +96,26 @@ def next_restart(
     return NextRestart(at.isoformat(timespec="seconds"), reason)
 
 
+def health_said(
+    health: triggers.HealthState, sent: float | None, t: float
+) -> tuple[str, float | None]:
+    """The health line, and how long the daemon's chat has been unanswered: never "ok" while
+    the engine has not answered the daemon's last request, whatever ``/health`` said (the
+    prober's own clock: the decider's view is a look old)."""
+    if sent is None:
+        said = health.last
+        if health.failures:
+            said += f" ({health.failures} failure(s) in a row)"
+        return said, None
+    age = max(0.0, t - sent)
+    moved = health.moved_at
+    if moved is not None and moved > sent:
+        since = f"tokens moved {max(0.0, t - moved):.0f}s ago"
+    else:
+        since = "nothing moved since"
+    return f"chat unanswered for {age:.0f}s; {since}", round(age, 1)
+
+
 def build(
     cfg: Config,
     mind: Mind,
@@ -112,12 +132,10 @@ def build(
     active = seen.active if seen else None
     hold = facts.hold if facts.hold is not None and not facts.hold.over(t) else None
     spent = budget(facts, t, cfg)
-    health = mind.health.last
-    if mind.health.failures:
-        health += f" ({mind.health.failures} failure(s) in a row)"
+    health, unanswered = health_said(mind.health, observer.prober.in_flight, t)
     last_probe = observer.last_probe
     if active is None or active.status != "running":  # what it said before it went down
-        health, last_probe = "-: not running", ""
+        health, last_probe, unanswered = "-: not running", "", None
     stopped = facts.operator_stopped.name if facts.operator_stopped else None
     note = (seen.error if seen else "") or (
         f"{stopped} stopped by hand: not restarting it" if stopped else ""
@@ -154,6 +172,7 @@ def build(
             last_probe=last_probe,
             note=note,
             operator_stopped=stopped,
+            unanswered_s=unanswered,
         ),
         memory=MemoryView(
             available_gib=round(memory.available_gib, 2) if memory else 0.0,

@@ -218,7 +218,8 @@ def apply(mind: Mind, verdict: Reconciled, t: float) -> Transition:
         )
     intents = list(verdict.intents)
     for adopt in [i for i in intents if isinstance(i, Adopt)]:
-        mind = replace(mind, health=triggers.HealthState())  # nothing it said is known yet
+        # nothing it said is known yet, but the chat probe of the run that started it
+        mind = replace(mind, health=_proven_by_the_run(mind, adopt.engine))
         intents.append(
             Say(
                 "info",
@@ -253,3 +254,18 @@ def apply(mind: Mind, verdict: Reconciled, t: float) -> Transition:
     if wanted.said is not None:
         more.insert(0, Say("warning", wanted.said, {"why": wanted.why}))
     return mind, intents + more
+
+
+def _proven_by_the_run(mind: Mind, engine: Identity) -> triggers.HealthState:
+    """The engine this daemon's last run started, and proven with its chat probe (its boot
+    grace over: ``decide.after_run``), stays proven when adopted; any other starts afresh."""
+    health = mind.health
+    started = datetime.fromisoformat(engine.started_at) if engine.started_at else None
+    if (
+        health.proven
+        and health.proven_by == engine.id
+        and started is not None
+        and started.timestamp() <= mind.last_run_end
+    ):
+        return triggers.HealthState(proven=True, proven_by=engine.id, probed_at=health.probed_at)
+    return triggers.HealthState()

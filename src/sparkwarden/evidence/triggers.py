@@ -5,6 +5,7 @@ The reason names are a contract (journal, status, metrics, alerts): :data:`REASO
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import pairwise
@@ -52,6 +53,10 @@ def uptime_due(container: ContainerState | None, now: datetime, max_uptime: floa
 # --- unhealthy -----------------------------------------------------------------------------------
 
 
+#: how a failed health chat is told (and known again)
+CHAT_FAILED: Final = "health chat: "
+
+
 @dataclass(frozen=True)
 class HealthState:
     failures: int = 0
@@ -63,6 +68,23 @@ class HealthState:
     suspect: str | None = None
     #: a request gauge stuck above 0 on an engine that answers (vLLM #22545, #29928)
     stuck_gauge: str | None = None
+    #: progress evidence (generation and prompt tokens, the KV cache's use) at the last scrape,
+    #: and when it last moved: a worker that stops (SIGSTOP, a stuck collective) freezes it all
+    evidence: tuple[float | None, ...] | None = None
+    moved_at: float | None = None
+    #: the daemon's own chat request still unanswered: when it was sent (None: none is)
+    unanswered_since: float | None = None
+    #: when the daemon last sent its chat request, answered or not
+    probed_at: float | None = None
+    #: this start of the engine answered a chat (the run's probe, or the daemon's): boot grace
+    #: is over, whatever the uptime; ``proven_by``: the container (ID) a run proved
+    proven: bool = False
+    proven_by: str | None = None
+    #: put to sleep at the last check: no chat is sent (it would queue unanswered)
+    asleep: bool = False
+    #: the last failure counted was the health chat's: a check with no chat ended since (the
+    #: next one in flight) does not clear the count
+    chat_failed: bool = False
 
 
 def health_observe(
@@ -75,8 +97,17 @@ def health_observe(
     canary: ChatOutcome | None,
     metrics: EngineMetrics | None,
     cfg: HealthConfig,
+    unanswered: float | None = None,
+    canary_sent: float | None = None,
+    readings: Sequence[tuple[float, EngineMetrics]] = (),
 ) -> tuple[HealthState, str | None]:
     """One health check: count failures in a row; a busy engine's slow answer is not one.
+
+    ``canary`` is the daemon's chat request that ended since the last check (sent at
+    ``canary_sent``); ``unanswered`` when the one still in flight was sent. A **wedge** is that
+    request unanswered for ``wedge_after`` with no progress evidence anywhere since it was
+    sent (:func:`wedged`): a busy engine moves its tokens or its KV cache, a stopped worker
+    moves nothing while ``/health`` answers 200.
 
     A stall is generation *and* prompt tokens frozen for ``stall_after`` while requests run,
     confirmed by one real chat request: vLLM's ``num_requests_running`` can stay above 0 after
@@ -90,14 +121,27 @@ def health_observe(
     failing still is."""
     if uptime_s is None:
         return HealthState(last="container not running"), None
-    if uptime_s < boot_grace:
-        return HealthState(last=f"booting ({uptime_s:.0f}s < grace {boot_grace:g}s)"), None
+    seen = readings or ([(t, metrics)] if metrics is not None else [])
+    state = _moved(state, seen, unanswered, canary, canary_sent)
+    if uptime_s < boot_grace and not state.proven:
+        note = f"booting ({uptime_s:.0f}s < grace {boot_grace:g}s, no chat answered yet)"
+        return replace(state, failures=0, suspect=None, last=note), None
+    if (why := wedged(state, t, metrics, cfg)) is not None:
+        return replace(state, failures=0, suspect=None, last=why), why
 
     progress = (
         (metrics.generation_tokens, metrics.prompt_tokens)
         if metrics and metrics.generation_tokens is not None
         else None
     )
+    if state.suspect is not None and canary is not None and canary.ok:
+        # the confirming chat was answered (its own tokens moved the counters since)
+        note = (
+            f"stuck gauge: {state.suspect}, yet a chat request was answered: the engine works "
+            "(vLLM #22545), not restarting"
+        )
+        state = replace(state, suspect=None, stuck_gauge=note, progress=progress, last=note)
+        return replace(state, progress_since=t), None
     since = state.progress_since
     if progress is not None and progress != state.progress:
         since = t
@@ -138,19 +182,118 @@ def health_observe(
         failure = f"/health: {health.detail}"
     elif health is not None and health.status == "no-answer" and not busy:
         failure = f"/health: {health.detail} while idle"
-    elif canary is not None and not canary.ok and not asleep:
-        failure = f"health chat: {canary.detail}"
+    elif (
+        canary is not None
+        and not canary.ok
+        and not asleep
+        # timed out behind a queue that was served meanwhile: busy, not dead
+        and not (canary.timed_out and _moved_since(state, canary_sent))
+    ):
+        failure = f"{CHAT_FAILED}{canary.detail}"
     if failure is None and asleep and metrics is not None:
         note = f"sleeping (level {metrics.sleep_level}): put to sleep, not restarted"
-        return replace(state, failures=0, last=note), None
+        return replace(state, failures=0, chat_failed=False, last=note), None
+    if failure is None and canary is None and state.chat_failed:
+        return state, None  # no chat ended since the one that failed: its count stands
     if failure is None:
         note = "busy: a slow /health is not counted" if health and health.status != "up" else "ok"
-        return replace(state, failures=0, last=state.stuck_gauge or note), None
+        return replace(state, failures=0, chat_failed=False, last=state.stuck_gauge or note), None
     failures = state.failures + 1
-    state = replace(state, failures=failures, last=failure)
+    chat_failed = failure.startswith(CHAT_FAILED)
+    state = replace(state, failures=failures, chat_failed=chat_failed, last=failure)
     if failures >= cfg.failures:
         return replace(state, failures=0), f"{failure} ({failures} checks in a row)"
     return state, None
+
+
+def _moved(
+    state: HealthState,
+    readings: Sequence[tuple[float, EngineMetrics]],
+    unanswered: float | None,
+    canary: ChatOutcome | None,
+    canary_sent: float | None,
+) -> HealthState:
+    """Fold one check's evidence in: what moved and when (each /metrics read since the last
+    check, at its own time), the daemon's request in flight, and whether this start of the
+    engine has answered a chat yet."""
+    evidence, moved_at = state.evidence, state.moved_at
+    for at, metrics in readings:
+        if metrics.generation_tokens is None:
+            continue
+        now = (metrics.generation_tokens, metrics.prompt_tokens, metrics.kv_cache)
+        if now != evidence:
+            moved_at = at
+        evidence = now
+    sent = [s for s in (state.probed_at, unanswered, canary_sent) if s is not None]
+    if canary is not None and canary.timed_out and canary_sent is not None:
+        # unanswered all that time: the daemon has waited since the earlier of it and the one
+        # sent since (a chat sent in the same check)
+        unanswered = canary_sent if unanswered is None else min(unanswered, canary_sent)
+    last = readings[-1][1] if readings else None
+    return replace(
+        state,
+        evidence=evidence,
+        moved_at=moved_at,
+        unanswered_since=unanswered,
+        probed_at=max(sent) if sent else None,
+        proven=state.proven or (canary is not None and canary.ok),
+        asleep=last is not None and last.sleeping,
+    )
+
+
+def _moved_since(state: HealthState, sent: float | None) -> bool:
+    """Progress evidence moved after the daemon's request was sent: a queue ahead of it that
+    is being served, so its timing out is no failure of the engine's."""
+    return sent is not None and state.moved_at is not None and state.moved_at > sent
+
+
+def wedged(
+    state: HealthState, t: float, metrics: EngineMetrics | None, cfg: HealthConfig
+) -> str | None:
+    """The daemon's own request unanswered, and nothing moved, for ``wedge_after``: a wedged
+    engine, whatever ``/health`` says.
+
+    The evidence is what only a working engine can make: generation and prompt tokens counted,
+    the KV cache's use changing (a long prefill fills it chunk by chunk), and the daemon's own
+    answer. A user's queue ahead of the request moves them, so a busy engine never fires this;
+    a stopped worker or a stuck collective freezes them all (vLLM 0.32, SIGSTOP: the gauges
+    freeze at their last values). Without those counters (``--disable-log-stats``) nothing can
+    tell a queue from a wedge: not judged (``off`` says so), the request's timeout counts as a
+    failure instead. Asleep, a request queues by design."""
+    sent = state.unanswered_since
+    if sent is None or state.evidence is None or state.asleep or cfg.wedge_after <= 0:
+        return None
+    still_from = max(sent, state.moved_at if state.moved_at is not None else sent)
+    if t - still_from < cfg.wedge_after:
+        return None
+    running = metrics.running if metrics is not None and metrics.running is not None else 0.0
+    waiting = metrics.waiting if metrics is not None and metrics.waiting is not None else 0.0
+    return (
+        f"wedged: no progress for {t - still_from:.0f}s: the daemon's chat request sent "
+        f"{t - sent:.0f}s ago has no answer, and generation and prompt tokens and the KV cache "
+        f"are frozen ({running:g} running, {waiting:g} waiting); /health says nothing of it"
+    )
+
+
+def probe_due(state: HealthState, t: float, cfg: HealthConfig) -> bool:
+    """Whether the daemon sends its 1-token chat now: never a second while one is in flight,
+    nor to a sleeping engine (it would queue by design); at once when none was sent yet, after
+    a failure (a quicker second look) or a suspected stall; every ``interval`` while nothing
+    moves (idle, or wedged: only a request can tell); and every ``chat_interval`` whatever
+    moves (the API server's own path)."""
+    if state.unanswered_since is not None or state.asleep:
+        return False
+    if state.suspect:  # a stall to confirm: sent even with the health chat off
+        return True
+    if cfg.chat_interval <= 0:
+        return False
+    last = state.probed_at
+    if last is None or state.failures:
+        return True
+    if t - last >= cfg.chat_interval:
+        return True
+    still = state.moved_at is None or t - state.moved_at >= cfg.interval
+    return still and t - last >= cfg.interval
 
 
 # --- memory --------------------------------------------------------------------------------------
@@ -331,6 +474,14 @@ def off(
         )
     if cfg.health.chat_interval <= 0:
         out["health chat"] = "health.chat_interval is 0"
+        out["wedge"] = "health.chat_interval is 0: no request of the daemon's to wait on"
+    elif cfg.health.wedge_after <= 0:
+        out["wedge"] = "health.wedge_after is 0"
+    elif blind or (metrics is not None and metrics.generation_tokens is None):
+        out["wedge"] = (
+            f"no token counters: {blind or 'vllm:generation_tokens_total missing'}: a queue "
+            "cannot be told from a wedge"
+        )
     if cfg.memory.floor_gib <= 0:
         out["memory"] = "memory.floor_gib is 0"
     return out

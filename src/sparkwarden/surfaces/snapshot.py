@@ -54,6 +54,9 @@ class LlmView:
     last_probe: str
     note: str
     operator_stopped: str | None
+    #: the daemon's health chat in flight, unanswered this long (None: none is); while it is,
+    #: ``health`` says so rather than "ok"
+    unanswered_s: float | None = None
 
 
 @dataclass(frozen=True)

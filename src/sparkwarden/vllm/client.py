@@ -44,6 +44,8 @@ class ChatOutcome:
     ok: bool
     detail: str
     content: str = ""
+    #: no answer within the timeout (neither an answer nor an error): a queue or a wedge
+    timed_out: bool = False
 
 
 def chat_body(
@@ -265,7 +267,7 @@ class VllmClient:
         try:
             reply = self._exchange("POST", "/v1/chat/completions", timeout, json=body)
         except httpx.TimeoutException:
-            return ChatOutcome(False, f"no answer within {timeout:g}s"), ""
+            return ChatOutcome(False, f"no answer within {timeout:g}s", timed_out=True), ""
         except httpx.HTTPError as exc:
             return ChatOutcome(False, self._said(exc)), ""
         except KeyWithheld as exc:
@@ -285,7 +287,7 @@ class VllmClient:
         outcome, text = self._ask(body, timeout)
         seconds = time.monotonic() - began
         if not outcome.ok:
-            return Answer(False, None, seconds, outcome.detail)
+            return Answer(False, None, seconds, outcome.detail, timed_out=outcome.timed_out)
         return Answer(True, completion_tokens(text), seconds, "", own_stats(text))
 
     def metrics(self, timeout: float = 10.0) -> str | None:

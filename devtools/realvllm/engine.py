@@ -41,6 +41,9 @@ ENV = {
     "VLLM_CACHE_ROOT": "/tmp/vllm-cache",
     "VLLM_NO_USAGE_STATS": "1",
 }
+#: vLLM's own wedge guard out of reach (it turns a stopped worker into a crash after 300 s), as
+#: operators who raise it for long steps or multi-node set-ups have it
+NO_EXECUTE_TIMEOUT = {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"}
 #: A cold boot in a container on a loaded 2-core box (measured 25-60 s alone).
 BOOT_TIMEOUT = 240.0
 #: The proctitles vLLM 0.32.0 gives its engine's processes: the core's busy loop

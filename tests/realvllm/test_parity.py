@@ -65,11 +65,14 @@ def health(port: int) -> str:
         return "refused"
 
 
-def chat(port: int, model: str, max_tokens: int = 4, stream: bool = False) -> dict[str, Any]:
+def chat(
+    port: int, model: str, max_tokens: int = 4, stream: bool = False, timeout: float = 30
+) -> dict[str, Any]:
     """What a client sees of one chat: status, the shapes of its JSON, its finish reason."""
     body = {**chat_body(model, max_tokens), "stream": stream}
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
+        reply = httpx.post(url, json=body, timeout=timeout)
     except httpx.HTTPError as exc:
         return {"status": "no answer", "why": type(exc).__name__}
     seen: dict[str, Any] = {"status": reply.status_code}
@@ -198,6 +201,29 @@ def dead(e: Engine, stage: Stage, kill: Callable[[str], object]) -> dict[str, An
     return {"health": said, "status": state["Status"], "exit": state["ExitCode"]}
 
 
+def wedged(e: Engine, stage: Stage, wedge: Callable[[str], object]) -> dict[str, Any]:
+    """The engine stops making progress behind its API server (vLLM: its worker stopped)."""
+    name, port = e.start()
+    e_wait(e, stage, name, port)
+    chat(port, e.model)  # something counted, to be frozen
+    wedge(name)
+    before = parse(metrics_text(port))
+    seen = {
+        "health": health(port),
+        "models": httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code,
+        "chat": chat(port, e.model, timeout=10),
+    }
+    after = parse(metrics_text(port))
+    seen["frozen"] = (before.generation_tokens, before.prompt_tokens, before.running) == (
+        after.generation_tokens,
+        after.prompt_tokens,
+        after.running,
+    )
+    seen["names"] = names(port)
+    stage.client.containers.get(name).remove(force=True)
+    return seen
+
+
 def metrics_text(port: int) -> str:
     return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
 
@@ -223,7 +249,14 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
         "real": Engine(
             "real",
             "tiny",
-            lambda *flags: real.start(stage, f"real-{time.monotonic_ns()}", "-sc", spec, *flags),
+            lambda *flags: real.start(
+                stage,
+                f"real-{time.monotonic_ns()}",
+                "-sc",
+                spec,
+                *flags,
+                env=real.NO_EXECUTE_TIMEOUT,
+            ),
             0,
         ),
         "stand-in": Engine(
@@ -254,6 +287,16 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
         stage,
         lambda name: real.signal_engine(stage.client, name, signal.SIGKILL),
     )
+    seen["real"]["wedged"] = wedged(
+        engines["real"],
+        stage,
+        lambda name: real.signal_engine(stage.client, name, signal.SIGSTOP),
+    )
+    seen["stand-in"]["wedged"] = wedged(
+        engines["stand-in"],
+        stage,
+        lambda name: stage.client.containers.get(name).kill(signal="SIGUSR1"),
+    )
     crashing = Engine(
         "stand-in",
         "tiny",
@@ -281,5 +324,9 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
     assert real_seen["dead"]["exit"] == 0, real_seen["dead"]
     assert real_seen["serving"]["chat"]["ok"] is True, real_seen["serving"]
     # and the stand-in, in the same situations, the same
-    for situation in ("booting", "serving", "draining", "dead"):
+    wedge = real_seen["wedged"]
+    assert wedge["health"] == "200" and wedge["models"] == 200, wedge
+    assert wedge["chat"] == {"status": "no answer", "why": "ReadTimeout"}, wedge
+    assert wedge["frozen"] is True, wedge
+    for situation in ("booting", "serving", "draining", "dead", "wedged"):
         assert standin_seen[situation] == real_seen[situation], (situation, seen)

@@ -3,13 +3,18 @@ the happy path, a zombie boot, a dead worker, and what the daemon sees of each."
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
 from devtools.realvllm import engine
 from devtools.standin.stage import Stage
 from sparkwarden.restart.step_names import STEPS
+from sparkwarden.vllm import metrics
 from tests.daemon.test_daemon_docker import FAST
 from tests.kits.commands import history, run_cli
 from tests.kits.daemonkit import Daemons, wait_for
@@ -110,12 +115,20 @@ def test_the_daemon_recovers_a_killed_worker_though_vllm_exits_0(
 def test_doctor_and_version_over_the_real_engine(
     stage: Stage, real_llm: Any, real_config: Any
 ) -> None:
-    llm, port, _ = real_llm()
+    """doctor names the release from the real ``/version``, and reads the real command line:
+    ``--disable-log-stats`` leaves ``/metrics`` answering 200 with no ``vllm:`` series of the
+    stat logger, which sparkwarden's parser says (NoStats) and doctor calls an error."""
+    llm, port, _ = real_llm("--disable-log-stats")
     config = real_config([llm], port)
 
     result = run_cli(config, "doctor", "--json", timeout=120)
 
     assert result.returncode in (0, 1), result.stdout + result.stderr
-    text = result.stdout
-    assert "0.32.0" in text, text  # the release, read from the real /version
+    findings = {(f["subject"], f["check"]): f for f in json.loads(result.stdout)}
+    assert "0.32.0" in findings[(llm, "vllm-release")]["message"], findings
+    assert findings[(llm, "disable-log-stats")]["severity"] == "error", findings
+    page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert page.status_code == 200
+    with pytest.raises(metrics.NoStats):
+        metrics.parse(page.text)
     assert engine.chat(port).status == 200

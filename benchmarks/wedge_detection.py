@@ -106,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     start = ENGINES[args.engine]
     detection = _wedges(bench, start(bench, "wedge-llm", False), args.wedges)
+    print(f"wedge to restart: {detection}", file=sys.stderr, flush=True)  # kept if load fails
     load = _at_its_limits(bench, start(bench, "busy-llm", True), args.load_seconds)
     return {"engine": args.engine, "wedge_to_restart": detection, "under_load": load}
 

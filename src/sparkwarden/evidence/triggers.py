@@ -188,6 +188,8 @@ def health_observe(
         and not asleep
         # timed out behind a queue that was served meanwhile: busy, not dead
         and not (canary.timed_out and _moved_since(state, canary_sent))
+        # turned away by the engine's queue limits: busy, not dead
+        and not canary.turned_away
     ):
         failure = f"{CHAT_FAILED}{canary.detail}"
     if failure is None and asleep and metrics is not None:

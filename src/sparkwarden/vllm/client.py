@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -28,6 +28,9 @@ PROBE_PROMPT = "Reply with the single word: ready"
 #: What vLLM answers a request that arrives while it drains after SIGTERM (``--shutdown-timeout``
 #: above 0; ``EngineCore._reject_add_in_shutdown``, vllm/v1/engine/core.py 0.33.0:1785, 0.28.0:1539)
 ABORTED = "finish_reason is 'abort': the engine is draining after SIGTERM, or aborted it"
+#: How vLLM begins the 503 it answers a request its queue limits turn away (vllm/exceptions.py
+#: 0.33.0:171, the same in 0.34.0): an engine busy, not dead
+QUEUE_FULL = "The engine is currently busy and cannot accept new requests."
 #: The same answer through a gateway that maps finish reasons it does not know to ``stop``
 #: (LiteLLM 1.108: ``map_finish_reason``): nothing generated, yet no error.
 EMPTY = "an empty answer with no token generated (an aborted request, through a gateway)"
@@ -46,6 +49,8 @@ class ChatOutcome:
     content: str = ""
     #: no answer within the timeout (neither an answer nor an error): a queue or a wedge
     timed_out: bool = False
+    #: refused for the engine's queue limits (``--max-num-queued-reqs``/``-tokens``): busy
+    turned_away: bool = False
 
 
 def chat_body(
@@ -116,7 +121,8 @@ def interpret_chat(status_code: int, text: str) -> ChatOutcome:
     message = error_message(payload)
     if status_code != 200:
         reason = message or (text[:200] if text else "empty body")
-        return ChatOutcome(False, f"HTTP {status_code}: {reason}")
+        busy = status_code == 503 and reason.startswith(QUEUE_FULL)
+        return ChatOutcome(False, f"HTTP {status_code}: {reason}", turned_away=busy)
     if message is not None:
         return ChatOutcome(False, f"HTTP 200 carrying an error: {message}")
     if not isinstance(payload, dict):
@@ -275,7 +281,8 @@ class VllmClient:
         except bodies.Unreadable as exc:
             return ChatOutcome(False, scrub(f"unreadable answer: {exc}")), ""
         outcome = interpret_chat(reply.status_code, reply.text)
-        return ChatOutcome(outcome.ok, scrub(outcome.detail), scrub(outcome.content)), reply.text
+        said = replace(outcome, detail=scrub(outcome.detail), content=scrub(outcome.content))
+        return said, reply.text
 
     def chat(self, model: str, timeout: float) -> ChatOutcome:
         return self._ask(chat_body(model), timeout)[0]

@@ -5,14 +5,13 @@ and long answers, never is. Outcomes and reasons only: no timed assertion on a l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from devtools.standin.stage import Stage, wait_healthy
-from tests.kits.daemonkit import wait_for
+from tests.kits.daemonkit import restarted_as_wedged, wait_for
 from tests.kits.users import STANDIN_AT_ITS_LIMITS, Users
 
 pytestmark = pytest.mark.docker
@@ -41,17 +40,7 @@ def test_a_wedged_engine_behind_a_200_is_restarted_as_wedged(
     daemon = start_daemon([llm], port, [], **DEFAULTS)
     wait_for("the grace ended by a chat", lambda: '"boot_grace_ended"' in daemon.text(), 60)
     stage.client.containers.get(llm).kill(signal="SIGUSR1")  # as kill -STOP of the worker
-    unanswered = wait_for(
-        "status saying the chat is unanswered",
-        lambda: (s := daemon.status()["llm"])["unanswered_s"] and s,
-        timeout=120,
-        every=0.5,
-    )
-    assert unanswered["health"].startswith("chat unanswered for "), unanswered
-    (run,) = wait_for("the wedge's run", lambda: daemon.runs_with("unhealthy"), 240, 1.0)
-    assert run["result"] == "ok", run
-    said = json.dumps(run)
-    assert "wedged: no progress for" in said and "/health says nothing of it" in said, said
+    restarted_as_wedged(daemon, timeout=240)
     assert '"trigger"' in daemon.text() and "wedged: no progress" in daemon.text()
 
 

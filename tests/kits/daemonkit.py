@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -185,3 +186,20 @@ class Daemons:
     def stop_all(self) -> None:
         for daemon in self.started:
             daemon.stop()
+
+
+def restarted_as_wedged(daemon: DaemonProcess, timeout: float = 240.0) -> dict[str, Any]:
+    """Once an engine the daemon watches is wedged: status says its chat is unanswered (never
+    "ok"), and the run that follows is ``unhealthy``, ended well, in the wedge's words. The run."""
+    unanswered = wait_for(
+        "status saying the chat is unanswered",
+        lambda: (s := daemon.status()["llm"])["unanswered_s"] and s,
+        timeout=120,
+        every=0.5,
+    )
+    assert unanswered["health"].startswith("chat unanswered for "), unanswered
+    (run,) = wait_for("the wedge's run", lambda: daemon.runs_with("unhealthy"), timeout, 1.0)
+    assert run["result"] == "ok", run
+    said = json.dumps(run)
+    assert "wedged: no progress for" in said and "/health says nothing of it" in said, said
+    return dict(run)

@@ -6,7 +6,6 @@ daemon's chat queued behind users, never is. Outcomes and reasons only: the boun
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from devtools.realvllm import engine
 from devtools.standin.stage import Stage
-from tests.kits.daemonkit import Daemons, wait_for
+from tests.kits.daemonkit import Daemons, restarted_as_wedged, wait_for
 from tests.kits.users import REAL_AT_ITS_LIMITS, REAL_AT_ITS_LIMITS_FLAGS, Users
 
 #: vLLM's own guard out of reach, as operators who raise it for long steps have it
@@ -55,17 +54,7 @@ def test_a_wedged_real_engine_behind_a_200_is_restarted_as_wedged(
 
     engine.signal_engine(stage.client, llm, signal.SIGSTOP)
 
-    unanswered = wait_for(
-        "status saying the chat is unanswered",
-        lambda: (s := daemon.status()["llm"])["unanswered_s"] and s,
-        timeout=120,
-        every=0.5,
-    )
-    assert unanswered["health"].startswith("chat unanswered for "), unanswered
-    (run,) = wait_for("the wedge's run", lambda: daemon.runs_with("unhealthy"), 400, 1.0)
-    assert run["result"] == "ok", run
-    said = json.dumps(run)
-    assert "wedged: no progress for" in said and "/health says nothing of it" in said, said
+    restarted_as_wedged(daemon, timeout=400)
     after = stage.attrs(llm)
     assert after["Id"] == before["Id"]
     assert after["State"]["StartedAt"] > before["State"]["StartedAt"]

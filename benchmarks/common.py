@@ -126,9 +126,9 @@ class Bench:
 
     def daemon(self, config: Path) -> DaemonProcess:
         """``sparkwarden run`` as a process, answering on its socket when this returns."""
-        daemon = DaemonProcess(config, config.parent / "daemon.log").start()
-        self.daemons.append(daemon)
-        return daemon
+        daemon = DaemonProcess(config, config.parent / "daemon.log")
+        self.daemons.append(daemon)  # before it starts: one that never answers is ended too
+        return daemon.start()
 
     def close(self) -> None:
         for daemon in self.daemons:

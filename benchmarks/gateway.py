@@ -138,7 +138,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         if args.gateway_engine == "real":
             llm, port = realvllm.start(bench.stage, "gateway-llm", *drain, port=engine_port)
             realvllm.wait_healthy(bench.stage.client, llm, port)
-            timeouts = {"stop_timeout": "60s", "health_timeout": "240s", "probe_timeout": "60s"}
+            timeouts = realvllm.LLM_TIMEOUTS
         else:
             llm, port = bench.stage.llm(
                 "gateway-llm", "--token-delay", str(args.token_delay), *drain, port=engine_port

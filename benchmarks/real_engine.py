@@ -31,8 +31,6 @@ if __package__ in (None, ""):
 from benchmarks.common import ROOT, Bench, Line, main_one, spread
 from devtools.realvllm import engine
 
-TIMEOUTS = {"stop_timeout": "60s", "health_timeout": "240s", "probe_timeout": "60s"}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -57,7 +55,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     llm, port = engine.start(bench.stage, "real-llm")
     engine.wait_healthy(bench.stage.client, llm, port)
     stt = bench.stage.voice("stt")
-    config = bench.config("real", llm, port, [stt], llm=TIMEOUTS, schedule={"cron": ""})
+    config = bench.config("real", llm, port, [stt], llm=engine.LLM_TIMEOUTS, schedule={"cron": ""})
     bare = [sys.executable, "benchmarks/bare_restart.py", llm, str(port), "0.2", stt]
     ours = [sys.executable, "-m", "sparkwarden", "--config", str(config), "restart"]
 
@@ -94,7 +92,7 @@ def measure(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         llm,
         port,
         [stt],
-        llm=TIMEOUTS,
+        llm=engine.LLM_TIMEOUTS,
         schedule={"cron": ""},
         watch={"interval": "1s"},
         budget={"max_runs": 100, "backoff": "0s"},

@@ -44,6 +44,8 @@ ENV = {
 #: vLLM's own wedge guard out of reach (it turns a stopped worker into a crash after 300 s), as
 #: operators who raise it for long steps or multi-node set-ups have it
 NO_EXECUTE_TIMEOUT = {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"}
+#: sparkwarden's [llm] timeouts for this engine: a boot takes 30-60 s, not the stand-in's 1
+LLM_TIMEOUTS = {"stop_timeout": "60s", "health_timeout": "240s", "probe_timeout": "60s"}
 #: A cold boot in a container on a loaded 2-core box (measured 25-60 s alone).
 BOOT_TIMEOUT = 240.0
 #: The proctitles vLLM 0.32.0 gives its engine's processes: the core's busy loop

@@ -36,7 +36,7 @@ DEAD = Health("dead", "HTTP 503")
 SLOW = Health("no-answer", "no answer within 10s")
 IDLE = EngineMetrics(None, 0.0, 0.0, 100.0)
 BUSY = EngineMetrics(None, 4.0, 2.0, 100.0)
-HEALTH = HealthConfig(failures=3, stall_after=300)
+HEALTH = HealthConfig(failures=3, stall_after=300)  # wedge_after at its default, 45 s
 
 
 def running(started: datetime) -> ContainerState:
@@ -87,6 +87,8 @@ def check(
     canary: ChatOutcome | None = None,
     metrics: EngineMetrics | None = IDLE,
     uptime: float | None = 3600.0,
+    unanswered: float | None = None,
+    canary_sent: float | None = None,
 ) -> tuple[HealthState, str | None]:
     return health_observe(
         state,
@@ -97,6 +99,8 @@ def check(
         canary=canary,
         metrics=metrics,
         cfg=HEALTH,
+        unanswered=unanswered,
+        canary_sent=canary_sent,
     )
 
 
@@ -395,8 +399,6 @@ def test_drain_with_a_stuck_gauge_reads_idle_from_the_tokens() -> None:
 
 # --- a wedge: the daemon's own request unanswered while nothing moves ------------------------
 
-WEDGE = HealthConfig(failures=3, stall_after=300)  # wedge_after at its default, 45 s
-
 
 def still(
     running: float = 0.0,
@@ -417,18 +419,8 @@ def look(
     canary_sent: float | None = None,
     uptime: float = 3600.0,
 ) -> tuple[HealthState, str | None]:
-    return health_observe(
-        state,
-        t=t,
-        uptime_s=uptime,
-        boot_grace=300,
-        health=UP,
-        canary=canary,
-        metrics=metrics,
-        cfg=WEDGE,
-        unanswered=unanswered,
-        canary_sent=canary_sent,
-    )
+    """:func:`check` of an engine whose /health says 200, with the daemon's chat in flight."""
+    return check(state, t, UP, canary, metrics, uptime, unanswered, canary_sent)
 
 
 @pytest.mark.parametrize("running", [0.0, 4.0], ids=["idle", "busy"])
@@ -528,7 +520,7 @@ def test_a_sleeping_engine_queues_the_chat_and_is_not_wedged() -> None:
     for t in range(0, 600, 5):
         state, why = look(state, t, asleep, unanswered=0.0)
         assert why is None
-    assert not probe_due(state, 600, WEDGE)
+    assert not probe_due(state, 600, HEALTH)
 
 
 def test_the_chat_answered_ends_the_boot_grace() -> None:

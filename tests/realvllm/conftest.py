@@ -16,13 +16,6 @@ from devtools.realvllm import engine
 
 GROUP = "realvllm"
 
-#: The daemon's settings for the real engine: a real boot takes 30-60 s, not the stand-in's 1.
-REAL_LLM = {
-    "stop_timeout": "60s",
-    "health_timeout": "240s",
-    "probe_timeout": "60s",
-}
-
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -45,7 +38,7 @@ def real_config(make_config: Any, real_home: Path) -> Any:
     """A sparkwarden config for a real engine: make_config with the real engine's timeouts."""
 
     def make(llm: list[str], port: int, voice: list[str] | None = None, **sections: Any) -> Path:
-        sections["llm"] = {**REAL_LLM, **sections.get("llm", {})}
+        sections["llm"] = {**engine.LLM_TIMEOUTS, **sections.get("llm", {})}
         return make_config(llm, port, voice, **sections)
 
     return make

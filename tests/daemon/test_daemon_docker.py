@@ -158,6 +158,21 @@ CANARY_FAST = {
 }
 
 
+#: A per-token decay that begins on the test's cue (the stand-in's SIGUSR2), once the daemon
+#: reports its baseline: a decay on a timer raced the canaries, which a loaded machine takes
+#: late, and a baseline learnt after it began was the decayed engine's (nothing to restart).
+DECAY_ON_CUE = ("--decay-kind", "per-token", "--decay-after", "86400", "--decay-over", "1")
+
+
+def baseline_then_decay(stage: Stage, llm: str, daemon: DaemonProcess) -> dict[str, float]:
+    """Wait for the canary's baseline (learnt on the healthy engine), then begin the decay."""
+    baseline: dict[str, float] = wait_for(
+        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
+    )
+    stage.client.containers.get(llm).kill(signal="SIGUSR2")
+    return baseline
+
+
 def canaries(daemon: DaemonProcess) -> list[dict[str, Any]]:
     return [
         json.loads(line)
@@ -198,18 +213,7 @@ def test_swinging_traffic_restarts_nothing_under_the_canary(
 def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     stage: Stage, start_daemon: Any
 ) -> None:
-    llm, port = stage.llm(
-        "llm",
-        *SWINGING,
-        "--decay-kind",
-        "per-token",
-        "--decay-after",
-        "27",
-        "--decay-over",
-        "1",
-        "--decay-once",
-        "/tmp/decayed",
-    )
+    llm, port = stage.llm("llm", *SWINGING, *DECAY_ON_CUE, "--decay-once", "/tmp/decayed")
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
     wait_for(
@@ -218,6 +222,8 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     # recorded from after the baseline was learnt: record still writes the baseline's canary
     trace = daemon.config.parent / "day.jsonl"
     recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
+    wait_for("the recorder's first look", lambda: trace.exists() and trace.stat().st_size, 30)
+    stage.client.containers.get(llm).kill(signal="SIGUSR2")  # the decay begins
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok"
     why = run["plan"]["why"]
@@ -244,7 +250,6 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
 #: the engine's counters can never count.
 NEVER_IDLE = (*SWINGING[: SWINGING.index("--idle-for")], "--idle-for", "0", *SWINGING[-2:])
 OWN_STATS = ("--per-request-spec-decode-metrics", "summary")
-PER_TOKEN_DECAY = ("--decay-kind", "per-token", "--decay-after", "15", "--decay-over", "1")
 
 
 def test_a_never_idle_engine_reporting_its_own_stats_is_confirmed_under_load(
@@ -253,10 +258,11 @@ def test_a_never_idle_engine_reporting_its_own_stats_is_confirmed_under_load(
     """vLLM's per-request spec-decode metrics: a canary counts while users run, so a decay on
     a box that never idles is confirmed and restarted, once."""
     llm, port = stage.llm(
-        "llm", *NEVER_IDLE, *OWN_STATS, *PER_TOKEN_DECAY, "--decay-once", "/tmp/decayed"
+        "llm", *NEVER_IDLE, *OWN_STATS, *DECAY_ON_CUE, "--decay-once", "/tmp/decayed"
     )
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
+    baseline_then_decay(stage, llm, daemon)
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok"
     assert run["plan"]["why"].startswith("drafting canary at ")
@@ -282,7 +288,7 @@ def test_a_never_idle_engine_without_its_own_stats_is_reported_never_restarted(
     """Without them, the first canary finds out (discarded: others ran), later ones wait for
     an idle moment that never comes, and a decay (whole drafts spoilt: the passive estimate
     sees those) is said in status, not acted on."""
-    whole = ("--decay-kind", "whole", *PER_TOKEN_DECAY[2:])
+    whole = ("--decay-kind", "whole", "--decay-after", "15", "--decay-over", "1")
     llm, port = stage.llm("llm", *NEVER_IDLE, *whole)
     wait_healthy(port)
     patient = {**CANARY_FAST, "canary_max_wait": "20s"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import time
 import tomllib
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -179,17 +178,17 @@ def test_case_7_the_canary_baseline_survives_a_reload_mid_decay(
 ) -> None:
     """The baseline is learnt on this engine (ID and StartedAt) and kept in the journal: a
     SIGHUP as the decay begins does not relearn it from the decayed engine."""
-    from tests.daemon.test_daemon_docker import CANARY_FAST, SWINGING
+    from tests.daemon.test_daemon_docker import (
+        CANARY_FAST,
+        DECAY_ON_CUE,
+        SWINGING,
+        baseline_then_decay,
+    )
 
-    decay = ("--decay-kind", "per-token", "--decay-after", "30", "--decay-over", "1")
-    llm, port = stage.llm("llm", *SWINGING, *decay)
+    llm, port = stage.llm("llm", *SWINGING, *DECAY_ON_CUE)
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
-    wait_for(
-        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 60
-    )
-    booted = datetime.fromisoformat(stage.attrs(llm)["State"]["StartedAt"][:26] + "+00:00")
-    wait_for("the decay to begin", lambda: time.time() > booted.timestamp() + 31, timeout=40)
+    baseline_then_decay(stage, llm, daemon)
     daemon.signal(signal.SIGHUP)  # an upgrade, a watchdog restart or a reload: all alike
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok" and run["plan"]["why"].startswith("drafting canary at ")

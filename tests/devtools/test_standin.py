@@ -102,3 +102,13 @@ def test_three_decays_each_lower_what_they_should() -> None:
     users = counted("--decay-kind", "hot", "--decay-after", "0", "--decay-over", "0.000001")
     assert users.traffic is not None
     assert users.traffic.odds("math", 1.0, False)[1][0] < 0.6 * 0.78
+
+
+def test_a_decay_on_cue_begins_when_told_not_before() -> None:
+    """SIGUSR2's handler: a decay that a timer would start a day later begins at once."""
+    e = counted("--decay-kind", "per-token", "--decay-after", "86400", "--decay-over", "0.000001")
+    assert e.traffic is not None
+    assert e.traffic.decay_level(e.traffic.clock() + 3600) == 0.0
+    e.traffic.begin_decay()
+    time.sleep(0.01)
+    assert e.traffic.decay_level(e.traffic.clock()) == e.args.decay_depth

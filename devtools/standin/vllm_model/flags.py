@@ -54,7 +54,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--drafts-per-s", type=float, default=40.0)
     p.add_argument("--acceptance", type=float, default=0.6)
     p.add_argument("--decay-to", type=float, default=None)
-    p.add_argument("--decay-after", type=float, default=0.0)
+    p.add_argument(
+        "--decay-after", type=float, default=0.0, help="seconds before a decay (SIGUSR2: at once)"
+    )
     p.add_argument("--decay-over", type=float, default=60.0)
     p.add_argument("--running", type=float, default=0.0)
     p.add_argument("--waiting", type=float, default=0.0)

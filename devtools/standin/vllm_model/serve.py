@@ -91,6 +91,8 @@ def main(argv: list[str]) -> None:
     if ranks is not None:
         ranks.on_lost = engine.wedge
     signal.signal(signal.SIGUSR1, lambda _sig, _frame: _wedge(engine))
+    if (traffic := engine.traffic) is not None:
+        signal.signal(signal.SIGUSR2, lambda _sig, _frame: traffic.begin_decay())
     if args.wedge_after is not None:
         threading.Timer(args.wedge_after, _wedge, (engine,)).start()
     server = ThreadingHTTPServer((args.host, args.port), partial(Handler, engine, args))

@@ -50,6 +50,12 @@ class Traffic:
         )
         return busy, klass, long_ctx
 
+    def begin_decay(self) -> None:
+        """SIGUSR2: the decay begins now, whatever ``--decay-after`` said, so that a test starts
+        it on the state the daemon reports (a baseline learnt) instead of racing a timer that a
+        loaded machine's late looks can lose."""
+        self.args.decay_after = self.clock()
+
     def decay_level(self, elapsed: float) -> float:
         """0 (healthy) .. ``decay_depth``: how far the decay has gone now."""
         a = self.args

@@ -64,12 +64,15 @@ class DaemonProcess:
         return self
 
     def answering(self) -> bool:
+        """A poll's predicate: not yet, while no daemon listens or one drops the call (a reload
+        ends the daemon on its old config: a call it had accepted is reset); a daemon that
+        exited fails at once, and one that never answers fails at the caller's deadline."""
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.text()}")
         try:
             return bool(self.request({"cmd": "status"}).get("ok"))
-        except control.DaemonUnavailable:
+        except (control.DaemonUnavailable, control.DaemonNotAnswering):
             return False
 
     def held(self, step: str, timeout: float = 60.0) -> None:

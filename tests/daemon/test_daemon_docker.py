@@ -164,13 +164,21 @@ CANARY_FAST = {
 DECAY_ON_CUE = ("--decay-kind", "per-token", "--decay-after", "86400", "--decay-over", "1")
 
 
-def baseline_then_decay(stage: Stage, llm: str, daemon: DaemonProcess) -> dict[str, float]:
-    """Wait for the canary's baseline (learnt on the healthy engine), then begin the decay."""
-    baseline: dict[str, float] = wait_for(
+def learnt_baseline(daemon: DaemonProcess) -> None:
+    """Once the daemon reports its canary's baseline (learnt on the healthy engine)."""
+    wait_for(
         "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
     )
+
+
+def begin_decay(stage: Stage, llm: str) -> None:
+    """The cue of ``DECAY_ON_CUE``."""
     stage.client.containers.get(llm).kill(signal="SIGUSR2")
-    return baseline
+
+
+def baseline_then_decay(stage: Stage, llm: str, daemon: DaemonProcess) -> None:
+    learnt_baseline(daemon)
+    begin_decay(stage, llm)
 
 
 def canaries(daemon: DaemonProcess) -> list[dict[str, Any]]:
@@ -216,14 +224,12 @@ def test_a_decay_the_canary_confirms_restarts_once_with_reason_acceptance(
     llm, port = stage.llm("llm", *SWINGING, *DECAY_ON_CUE, "--decay-once", "/tmp/decayed")
     wait_healthy(port)
     daemon = start_daemon([llm], port, [], acceptance=CANARY_FAST)
-    wait_for(
-        "the canary's baseline", lambda: daemon.status()["acceptance"]["canary"]["baseline"], 90
-    )
+    learnt_baseline(daemon)
     # recorded from after the baseline was learnt: record still writes the baseline's canary
     trace = daemon.config.parent / "day.jsonl"
     recorder = start_cli(daemon.config, "record", "--out", str(trace), "--interval", "0.5s")
     wait_for("the recorder's first look", lambda: trace.exists() and trace.stat().st_size, 30)
-    stage.client.containers.get(llm).kill(signal="SIGUSR2")  # the decay begins
+    begin_decay(stage, llm)
     (run,) = wait_for("an acceptance run", lambda: daemon.runs_with("acceptance"), timeout=120)
     assert run["result"] == "ok"
     why = run["plan"]["why"]

@@ -115,7 +115,10 @@ def restart_under_load(
         drain={"quiet": "30s", "deadline": "3s"},
         budget={"max_runs": 1},
     )
-    load = StreamingLoad(gateway.url, clients=3, max_tokens=40).start()
+    # Answers of 10 s (200 tokens) beside the gateway's second or so between two of a user's
+    # requests: the stop's one read of /metrics finds one running. With 2 s answers all three
+    # users were between requests at that read on a loaded machine (CI: running_at_stop 0).
+    load = StreamingLoad(gateway.url, clients=3, max_tokens=200).start()
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         wait_for("steady load", lambda: load.count("complete") >= 3, timeout=60)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkwarden.base.dirs import make_dirs
+
 #: The header sparkwarden's own probe sends: the replica's Nginx lets it through while out.
 PROBE_HEADER = "X-Sparkwarden-Probe"
 
@@ -71,7 +73,7 @@ def take_out(
     """Write the flag (whole, by rename: Nginx never reads half of it); world-readable, as
     Nginx's workers are not root."""
     out = Out(time.time() if since is None else since, why, run, told=told)
-    flag.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(flag.parent, 0o755)  # Nginx's workers look into it, under the unit's UMask=0077
     part = flag.with_name(f".{flag.name}.{os.getpid()}")
     said = {"since": out.since, "why": out.why, "run": out.run, "told": out.told}
     part.write_text(json.dumps(said) + "\n")

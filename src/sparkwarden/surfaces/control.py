@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sparkwarden.base.dirs import make_dirs
 from sparkwarden.base.errors import SparkwardenError
 
 MAX_REQUEST = 4096
@@ -152,7 +153,7 @@ class ControlServer:
         self._admission_lock = threading.Lock()
 
     def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_dirs(self.path.parent, 0o755)  # the group passes through it, under UMask=0077
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # a stale socket of a dead daemon (the lock says we are alone)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

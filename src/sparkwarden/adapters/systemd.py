@@ -9,9 +9,11 @@ lease as long as that call's own timeout, and no longer.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import sdnotify
 
@@ -46,35 +48,57 @@ class SdNotify:
 
 
 class Watchdog:
-    """Pings every half of ``WATCHDOG_USEC`` while the loop's lease is current."""
+    """Pings every half of ``WATCHDOG_USEC`` while the loop's lease is current.
 
-    def __init__(self, notifier: SdNotify) -> None:
+    The lease is looked at every second (an eighth of ``WatchdogSec`` when that is shorter), not
+    only at each half: a lease that lapsed for a moment (a loop slowed past its margin on a loaded
+    box) at a half's look skipped that ping, the next came a whole ``WatchdogSec`` after the
+    last, and systemd killed a daemon that had only been slow. Now the ping goes at the first
+    look the lease is current again: only a loop without progress for about ``WatchdogSec`` is
+    killed.
+    """
+
+    def __init__(
+        self,
+        notifier: SdNotify,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[float], bool] | None = None,
+    ) -> None:
+        """``clock`` and ``wait`` (True: stop) are injected by the tests; the thread's own
+        stop event otherwise."""
         self._notifier = notifier
         usec = os.environ.get("WATCHDOG_USEC")
         watchdog_pid = os.environ.get("WATCHDOG_PID")
         mine = watchdog_pid is None or watchdog_pid == str(os.getpid())
         self.interval = int(usec) / 2_000_000 if usec and usec.isdigit() and mine else None
+        self.look = None if self.interval is None else min(1.0, self.interval / 4)
+        self._clock = clock
         self._lease_until = 0.0
+        self._pinged = -math.inf
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
         self.frozen = False  # fault injection: the loop pretends to hang (tests only)
 
     def beat(self, lease_s: float) -> None:
         """The loop made progress and will again within ``lease_s`` seconds."""
         if not self.frozen:
-            self._lease_until = max(self._lease_until, time.monotonic() + lease_s)
+            self._lease_until = max(self._lease_until, self._clock() + lease_s)
 
     def start(self) -> None:
         if self.interval is None or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="watchdog", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        assert self.interval is not None
-        while not self._stop.wait(self.interval):
-            if time.monotonic() < self._lease_until:
+    def run(self) -> None:
+        """The pinger's loop, until stopped."""
+        assert self.interval is not None and self.look is not None
+        while not self._wait(self.look):
+            now = self._clock()
+            if now < self._lease_until and now - self._pinged >= self.interval:
                 self._notifier.send("WATCHDOG=1")
+                self._pinged = now
 
     def stop(self) -> None:
         self._stop.set()

@@ -81,14 +81,14 @@ TABLE = [
         recorded(),
         (box("exited", finished_ago=SETTLE / 2),),
         None,
-        None,
+        "-",
     ),
     (
         "being removed (docker rm -f on a slow disk, past the settle time): never restarted",
         recorded(),
         (box("removing", finished_ago=SETTLE * 5),),
         None,
-        None,
+        "-",
     ),
     (
         "dead (a removal failed half-way; Docker refuses to start it): never restarted",

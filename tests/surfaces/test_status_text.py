@@ -80,3 +80,15 @@ def test_with_no_snapshot_at_all_status_says_unknown_never_defaults(
     assert "unknown: no snapshot yet" in shown.stdout and "GiB available" in shown.stdout
     for false in ("canary:", "budget:", "acceptance:", "0 of ?"):
         assert false not in shown.stdout, shown.stdout
+
+
+def test_a_wait_that_ends_by_itself_names_no_command() -> None:
+    """An engine down a moment ago (its exit not yet told: crash or by hand) is never shown
+    idle, and its wait names no command, where an operator's does."""
+    base = {"running": True, "pid": 7, "state": "waiting"}
+    settling = {**base, "waiting": "vllm's exit 0.4s ago to be told: crash or by hand"}
+    first = status_mod.format_text({"daemon": {**settling, "command": "-"}}).splitlines()[0]
+    assert "waiting for vllm's exit" in first and "ends with" not in first and "idle" not in first
+    theirs = {**base, "waiting": "vllm to start (stopped by hand)", "command": "docker start vllm"}
+    said = " ".join(status_mod.format_text({"daemon": theirs}).split())
+    assert "ends with 'docker start vllm'" in said

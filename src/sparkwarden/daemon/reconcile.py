@@ -107,7 +107,8 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
             what = f"{engine.name} to start (removed by hand)"
         return Reconciled(waiting=Waiting(what, f"docker start {engine.name}"))
     if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk:
-        return Reconciled()  # the next look finds it gone (removed by hand)
+        # the next look finds it gone (removed by hand); never "idle" over a dead engine
+        return Reconciled(waiting=Waiting(f"{mine.name}'s removal to end (docker rm)", "-"))
     if mine.status == "dead":  # a removal that failed half-way: Docker refuses to start it
         what = f"{mine.name} to be removed (Docker marks it dead: a removal failed)"
         return Reconciled(waiting=Waiting(what, f"docker rm -f {mine.name}"))
@@ -118,7 +119,10 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
         )
     finished = mine.finished_at.timestamp() if mine.finished_at else None
     if finished is not None and now - finished < SETTLE:
-        return Reconciled()  # the events around its exit say next look whose it was
+        # The events around its exit say next look whose it was; meanwhile status says so,
+        # never "idle" over a dead engine.
+        what = f"{mine.name}'s exit {now - finished:.1f}s ago to be told: crash or by hand"
+        return Reconciled(waiting=Waiting(what, "-"))
     if (held := blocked(b, now)) is not None:
         return Reconciled(waiting=held)
     why = f"{mine.name} is {mine.status} (exit code {mine.exit_code}"

@@ -139,7 +139,9 @@ def format_text(s: dict[str, Any]) -> str:
         state = daemon.get("state")
         if daemon.get("waiting"):  # the LLM is down: what for, and what ends the wait
             lead = "" if state == "waiting" else f"{state}, "
-            state = f"{lead}waiting for {daemon['waiting']}; ends with '{daemon.get('command')}'"
+            state = f"{lead}waiting for {daemon['waiting']}"
+            if daemon.get("command") not in (None, "-"):  # "-": it ends by itself
+                state += f"; ends with '{daemon['command']}'"
         head = f"running (pid {daemon.get('pid')}), {state}"
     else:
         state = str(daemon.get("state") or NOT_RUNNING)

@@ -47,13 +47,16 @@ def assert_sound(
     port: int,
     voice: dict[str, str],
     gave_up: dict[str, Any] | None = None,
+    serving: bool | None = None,
 ) -> None:
     """Voice exactly as expected (never left paused or stopped by sparkwarden); the LLM running
     and answering, or reported down (the newest run failed, or status says it gave up, as
-    ``gave_up`` holds it); no overlapping sequences."""
+    ``gave_up`` holds it); no overlapping sequences. ``serving``: the LLM as read together with
+    ``runs`` (one snapshot), read here otherwise."""
     for name, expected in voice.items():
         assert stage.status(name) == expected, f"{name} is {stage.status(name)}, not {expected}"
-    serving = stage.status(llm) == "running" and answers_chat(port)
+    if serving is None:
+        serving = stage.status(llm) == "running" and answers_chat(port)
     reported = bool(runs and runs[0]["result"] == "failed") or bool(gave_up and gave_up["why"])
     assert serving or reported, "LLM down and nobody said so"
     no_overlap(runs)

@@ -930,20 +930,32 @@ def test_kill_anywhere_in_the_sequence_and_the_repair_leaves_the_box_sound(
             # left alone, it ends sound: at READY the repair is done, and an engine down for a
             # reason no record explains (a kill between Docker's act and the journal's word) is
             # the next check's crash to mend; wait for that, not a number of seconds
-            wait_for(
-                f"the box sound ({where})",
-                lambda: (
-                    (stage.status(llm) == "running" and answers_chat(port))
-                    or ((h := history(config)) and h[0]["result"] == "failed")
-                ),
-                timeout=90,
+            runs, up = wait_for(
+                f"the box sound ({where})", lambda: settled(stage, config, llm, port), timeout=90
             )
-            runs = history(config)
-            assert all(r["result"] != "running" for r in runs), (where, runs[:3])
-            assert_sound(stage, runs, llm=llm, port=port, voice={stt: "running"})
-            assert stage.status(llm) == "running" and answers_chat(port), where
+            assert_sound(stage, runs, llm=llm, port=port, voice={stt: "running"}, serving=up)
+            assert up, (where, runs[:3])
         finally:
             last.stop()
+
+
+def settled(
+    stage: Stage, config: Path, llm: str, port: int
+) -> tuple[list[dict[str, Any]], bool] | None:
+    """The box judged in one piece once no run is under way: (history, the LLM serving), when
+    it serves or the newest run failed; None while a run is under way, one began or ended
+    while the box was read, or the engine is down and nothing said so yet (its exit settling
+    before the daemon's next look). A history read apart from the engine's state judged a
+    serving engine against a run begun after it, or a down one against the run before it."""
+    before = history(config)
+    if any(r["result"] == "running" for r in before):
+        return None
+    serving = stage.status(llm) == "running" and answers_chat(port)
+    if history(config) != before:
+        return None
+    if serving or (before and before[0]["result"] == "failed"):
+        return before, serving
+    return None
 
 
 _CLOCK_AHEAD = """\

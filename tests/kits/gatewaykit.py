@@ -278,11 +278,20 @@ class StreamingLoad:
     """A few users streaming answers through the gateway, back to back, until stopped."""
 
     def __init__(
-        self, url: str, clients: int = 3, max_tokens: int = 40, think: float = 0.0
+        self,
+        url: str,
+        clients: int = 3,
+        max_tokens: int = 40,
+        think: float = 0.0,
+        stagger: float = 0.0,
     ) -> None:
         """``think``: each user pauses a random 0..think s after an answer (seeded), so the
-        users fall out of step as real ones are; 0 sends back to back."""
+        users fall out of step as real ones are; 0 sends back to back. ``stagger``: user i sends
+        its first request i x stagger s after the first, out of step with no pause: started
+        together, back-to-back users of equal answers stay in lockstep, all between two
+        requests at the same moments."""
         self.url, self.clients, self.max_tokens, self.think = url, clients, max_tokens, think
+        self.stagger = stagger
         self.results: list[Result] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -292,6 +301,7 @@ class StreamingLoad:
         headers = {"Authorization": f"Bearer {MASTER_KEY}"}
         pauses = random.Random(seed)  # a reproducible pace
         with httpx.Client(headers=headers, timeout=httpx.Timeout(120, connect=5)) as client:
+            self._stop.wait(seed * self.stagger)
             while not self._stop.is_set():
                 result = stream_once(client, self.url, self.max_tokens)
                 with self._lock:

@@ -105,7 +105,8 @@ def restart_under_load(
 ) -> tuple[list[Any], dict[str, Any]]:
     """The daemon's planned restart (uptime) while users stream: the drain never sees quiet, so
     its deadline passes with requests running, the hardest case. One run (budget 1)."""
-    llm, port = stage.llm("llm", "--token-delay", "0.05", *standin, port=gateway.engine_port)
+    token_s, tokens = 0.05, 200  # answers of 10 s
+    llm, port = stage.llm("llm", "--token-delay", str(token_s), *standin, port=gateway.engine_port)
     wait_healthy(port)
     config = make_daemon_config(
         [llm],
@@ -115,10 +116,11 @@ def restart_under_load(
         drain={"quiet": "30s", "deadline": "3s"},
         budget={"max_runs": 1},
     )
-    # Answers of 10 s (200 tokens) beside the gateway's second or so between two of a user's
-    # requests: the stop's one read of /metrics finds one running. With 2 s answers all three
-    # users were between requests at that read on a loaded machine (CI: running_at_stop 0).
-    load = StreamingLoad(gateway.url, clients=3, max_tokens=200).start()
+    # Users out of step, a third of an answer apart, so one is always mid-answer: the stop's
+    # one read of /metrics finds it running. Started together, back-to-back users stayed in
+    # lockstep, all between two requests at the same moments, and the stop fell in such a gap
+    # in 3 of 3 CI runs (running_at_stop 0), with 2 s answers and with 10 s.
+    load = StreamingLoad(gateway.url, 3, tokens, stagger=tokens * token_s / 3).start()
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     try:
         wait_for("steady load", lambda: load.count("complete") >= 3, timeout=60)

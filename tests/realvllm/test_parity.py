@@ -197,6 +197,8 @@ def dead(e: Engine, stage: Stage, kill: Callable[[str], object]) -> dict[str, An
         time.sleep(0.02)
     while said and said[-1] == "refused":  # the server gone: seen or not before the exit
         said.pop()
+    while said and said[0] == "200":  # before the server noticed (vLLM: within a second): a
+        said.pop(0)  # poll on a loaded box may come after it and see none (CI saw only 503)
     state = stage.attrs(name)["State"]
     return {"health": said, "status": state["Status"], "exit": state["ExitCode"]}
 
@@ -320,7 +322,7 @@ def test_the_stand_in_answers_as_the_real_engine_does_in_every_situation(
         "done": True,
     }  # let finish within the timeout
     assert drain["exit"] == 0, drain
-    assert real_seen["dead"]["health"] == ["200", "503"], real_seen["dead"]
+    assert real_seen["dead"]["health"] == ["503"], real_seen["dead"]  # never 200 again
     assert real_seen["dead"]["exit"] == 0, real_seen["dead"]
     assert real_seen["serving"]["chat"]["ok"] is True, real_seen["serving"]
     # and the stand-in, in the same situations, the same

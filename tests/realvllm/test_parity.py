@@ -168,7 +168,12 @@ def draining(e: Engine, stage: Stage) -> dict[str, Any]:
 
     user = threading.Thread(target=long, daemon=True)
     user.start()
-    wait_for("the long answer running", lambda: parse(metrics_text(port)).running, timeout=60)
+    wait_for(  # or ended: then said below with what it answered (CI once saw neither in 60 s)
+        f"the long answer running on the {e.kind}",
+        lambda: parse(metrics_text(port)).running or not user.is_alive(),
+        timeout=60,
+    )
+    assert user.is_alive(), f"the {e.kind}'s long answer ended before it ran: {running}"
     stopper = threading.Thread(
         target=lambda: stage.client.containers.get(name).stop(timeout=90), daemon=True
     )

@@ -18,6 +18,7 @@ from sparkwarden.daemon.observe import EventSeen, Recorded
 from sparkwarden.daemon.reconcile import SETTLE, Reconciled, World, apply, reconcile
 from sparkwarden.evidence.triggers import PastRun
 from sparkwarden.restart.journal import RunRecord
+from sparkwarden.surfaces.status_text import BY_ITSELF
 from tests.daemon.test_decide import cfg
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
@@ -81,14 +82,14 @@ TABLE = [
         recorded(),
         (box("exited", finished_ago=SETTLE / 2),),
         None,
-        "-",
+        BY_ITSELF,
     ),
     (
         "being removed (docker rm -f on a slow disk, past the settle time): never restarted",
         recorded(),
         (box("removing", finished_ago=SETTLE * 5),),
         None,
-        "-",
+        BY_ITSELF,
     ),
     (
         "dead (a removal failed half-way; Docker refuses to start it): never restarted",

@@ -86,8 +86,9 @@ def test_a_wait_that_ends_by_itself_names_no_command() -> None:
     """An engine down a moment ago (its exit not yet told: crash or by hand) is never shown
     idle, and its wait names no command, where an operator's does."""
     base = {"running": True, "pid": 7, "state": "waiting"}
-    settling = {**base, "waiting": "vllm's exit 0.4s ago to be told: crash or by hand"}
-    first = status_mod.format_text({"daemon": {**settling, "command": "-"}}).splitlines()[0]
+    settling = {**base, "waiting": "vllm's exit to be told: crash or by hand"}
+    by_itself = {**settling, "command": status_mod.BY_ITSELF}
+    first = status_mod.format_text({"daemon": by_itself}).splitlines()[0]
     assert "waiting for vllm's exit" in first and "ends with" not in first and "idle" not in first
     theirs = {**base, "waiting": "vllm to start (stopped by hand)", "command": "docker start vllm"}
     said = " ".join(status_mod.format_text({"daemon": theirs}).split())

@@ -282,7 +282,8 @@ def status_line(s: Snapshot) -> str:
     if not llm.container:  # e.g. the shipped example config's names: say so where systemd shows
         parts.append(f"no LLM container: {llm.note or 'none of llm.containers found'}")
     if s.daemon.waiting:  # the LLM is down: what for, and what ends the wait
-        parts.append(f"waiting for {s.daemon.waiting} ('{s.daemon.command}')")
+        command = status_mod.ends_with(s.daemon.command)
+        parts.append(f"waiting for {s.daemon.waiting}" + (f" ('{command}')" if command else ""))
     if llm.container:
         up = llm.uptime_s
         parts.append(

@@ -22,6 +22,7 @@ from sparkwarden.daemon.intents import Adopt, Intent, KeepRetry, Say, SpareFirst
 from sparkwarden.daemon.kept import FirstSight, Identity
 from sparkwarden.daemon.observe import Recorded
 from sparkwarden.evidence import triggers
+from sparkwarden.surfaces.status_text import BY_ITSELF
 
 #: How long an engine must have been down before it counts as down: ``docker rm -f`` removes
 #: the container a moment after it dies, and an operator's stop is told by the events around
@@ -83,7 +84,8 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
     if world.error:
         return Reconciled(waiting=Waiting(f"Docker to answer ({world.error})", "docker info"))
     if world.running:
-        return Reconciled(waiting=Waiting(f"the run under way to end ({world.running})", "-"))
+        what = f"the run under way to end ({world.running})"
+        return Reconciled(waiting=Waiting(what, BY_ITSELF))
     up = [s for s in world.states if s.up]
     if len(up) > 1:
         names = ", ".join(s.name for s in up)
@@ -108,7 +110,7 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
         return Reconciled(waiting=Waiting(what, f"docker start {engine.name}"))
     if mine.status == "removing":  # ``docker rm -f`` under way, past SETTLE on a slow disk:
         # the next look finds it gone (removed by hand); never "idle" over a dead engine
-        return Reconciled(waiting=Waiting(f"{mine.name}'s removal to end (docker rm)", "-"))
+        return Reconciled(waiting=Waiting(f"{mine.name}'s removal to end (docker rm)", BY_ITSELF))
     if mine.status == "dead":  # a removal that failed half-way: Docker refuses to start it
         what = f"{mine.name} to be removed (Docker marks it dead: a removal failed)"
         return Reconciled(waiting=Waiting(what, f"docker rm -f {mine.name}"))
@@ -120,9 +122,9 @@ def reconcile(b: Recorded, world: World, now: float, cfg: Config) -> Reconciled:
     finished = mine.finished_at.timestamp() if mine.finished_at else None
     if finished is not None and now - finished < SETTLE:
         # The events around its exit say next look whose it was; meanwhile status says so,
-        # never "idle" over a dead engine.
-        what = f"{mine.name}'s exit {now - finished:.1f}s ago to be told: crash or by hand"
-        return Reconciled(waiting=Waiting(what, "-"))
+        # never "idle" over a dead engine (no seconds in it: each new text is a journal line).
+        what = f"{mine.name}'s exit to be told: crash or by hand"
+        return Reconciled(waiting=Waiting(what, BY_ITSELF))
     if (held := blocked(b, now)) is not None:
         return Reconciled(waiting=held)
     why = f"{mine.name} is {mine.status} (exit code {mine.exit_code}"

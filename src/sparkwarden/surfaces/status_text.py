@@ -26,6 +26,9 @@ EXIT_OK, EXIT_PROBLEM, EXIT_NO_DAEMON = Exit.OK, Exit.FAILED, Exit.NO_DAEMON
 #: The daemon's state when status had to read the file instead.
 NOT_RUNNING = "not running"
 NOT_ANSWERING = "not answering"
+#: A wait's command when none need be typed: it ends by itself (a run under way, an exit
+#: settling, a removal); shown as no command wherever a wait is said.
+BY_ITSELF = "-"
 #: C0 and C1 control characters: what a terminal would act on rather than show.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -131,6 +134,11 @@ def _canary_lines(c: dict[str, Any]) -> list[str]:
     return [head, f"{INDENT}{c.get('note') or '-'}"]
 
 
+def ends_with(command: str | None) -> str | None:
+    """The command an operator types to end a wait; None when it ends by itself."""
+    return None if command in (None, BY_ITSELF) else command
+
+
 def format_text(s: dict[str, Any]) -> str:
     """Plain lines under 80 columns: no colour, no TTY needed."""
     daemon, llm, mem = s.get("daemon", {}), s.get("llm", {}), s.get("memory", {})
@@ -140,8 +148,8 @@ def format_text(s: dict[str, Any]) -> str:
         if daemon.get("waiting"):  # the LLM is down: what for, and what ends the wait
             lead = "" if state == "waiting" else f"{state}, "
             state = f"{lead}waiting for {daemon['waiting']}"
-            if daemon.get("command") not in (None, "-"):  # "-": it ends by itself
-                state += f"; ends with '{daemon['command']}'"
+            if command := ends_with(daemon.get("command")):
+                state += f"; ends with '{command}'"
         head = f"running (pid {daemon.get('pid')}), {state}"
     else:
         state = str(daemon.get("state") or NOT_RUNNING)

@@ -84,6 +84,32 @@ def skeleton(*extra: str) -> bytes:
     return buffer.getvalue()
 
 
+def docker_exec(
+    container: str,
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    workdir: str | None = None,
+    host: str | None = None,
+) -> tuple[int, str, str]:
+    """``docker exec``: (exit code, stdout, stderr), every byte of them.
+
+    Through Docker's own CLI, not docker-py's ``exec_run``: that one reads the command's output
+    from the raw socket after ``http.client`` has read the 101 answer through a buffer, so what
+    the command wrote before the caller read that answer (a fast command, a starved caller) is
+    lost, with exit code 0 (docker-py #2042; ``tests/devtools/test_docker_exec.py``).
+    """
+    command = ["docker", *(["--host", host] if host else []), "exec"]
+    for key, value in (env or {}).items():
+        command += ["--env", f"{key}={value}"]
+    command += ["--workdir", workdir] if workdir else []
+    done = subprocess.run([*command, container, *argv], capture_output=True, check=False)
+    return (
+        done.returncode,
+        done.stdout.decode(errors="replace"),
+        done.stderr.decode(errors="replace"),
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -27,7 +27,7 @@ import docker.errors
 import pytest
 import tomli_w
 
-from devtools.standin.stage import Stage, free_port, host_lock, wait_healthy
+from devtools.standin.stage import Stage, docker_exec, free_port, host_lock, wait_healthy
 from sparkwarden.actions.install import README_INSTALL
 from tests.actions.test_operator_tools import Receiver
 from tests.kits.commands import ROOT, docs_text, too_wide
@@ -263,13 +263,7 @@ class Box:
         argv = ["/bin/sh", "-c", command]
         if user != "root":
             argv = ["runuser", "-u", user, "--", *argv]
-        code, (raw_out, raw_err) = self.container.exec_run(
-            argv, demux=True, environment=env, workdir=workdir
-        )
-        out, err = (
-            (raw_out or b"").decode(errors="replace"),
-            (raw_err or b"").decode(errors="replace"),
-        )
+        code, out, err = docker_exec(self.container.name, argv, env, workdir)
         wide = too_wide(command.split(), out, err)
         assert wide == [], f"{command!r}: lines too wide: {wide}"
         return int(code), out + err
@@ -621,9 +615,7 @@ def test_an_outsiders_slow_flood_on_the_exporter_stays_within_the_units_tasks(bo
             threads = box.ok(f"awk '/^Threads:/ {{print $2}}' /proc/{pid}/status 2>&1 || true")
             if threads.strip().isdigit():
                 return int(threads)
-            # Not a number: the daemon ended, or docker exec lost the reading's output (a
-            # loaded box; docker-py #2042). systemd says which.
-            same_daemon()
+            same_daemon()  # not a number: the daemon ended; systemd says so
             return 0
 
         before = wait_for("a reading of its threads", lambda: tasks() or None, 30)

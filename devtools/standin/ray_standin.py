@@ -95,11 +95,11 @@ class Gcs:
             conn.close()
 
     def _join(self, conn: socket.socket, name: str) -> None:
-        with self.lock:
+        with self.lock:  # said before it is told: whoever acts on it finds it in the log
             self.nodes.append(name)
+            say(f"node {name} joined ({len(self.nodes)} alive)")
             conn.sendall(b"ok\n")
             self._tell("nodes " + " ".join(self.nodes))
-        say(f"node {name} joined ({len(self.nodes)} alive)")
         with contextlib.suppress(OSError):
             while conn.recv(1024):
                 pass
@@ -109,9 +109,9 @@ class Gcs:
         time.sleep(period * checks)
         with self.lock:
             self.nodes.remove(name)
+            say(f"node {name} marked dead: its raylet is gone ({len(self.nodes)} alive)")
             self._tell(f"dead {name}")
             self._tell("nodes " + " ".join(self.nodes))
-        say(f"node {name} marked dead: its raylet is gone ({len(self.nodes)} alive)")
 
     def _tell(self, line: str) -> None:
         for watcher in list(self.watchers):

@@ -6,6 +6,7 @@ Processes on loopback, ended by PID; Ray's temp dir is the test's own."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.standin import ray_standin
 from devtools.standin.stage import free_port
 from tests.kits.standin_procs import StandinProcs
 
@@ -126,3 +128,34 @@ def test_docker_stop_s_sigterm_ends_ray_start_block(ray: RayProcs) -> None:
     ray.wait_log("w1", "joined the cluster")
     worker.terminate()
     assert worker.wait(timeout=3) == 0  # not the stop timeout's SIGKILL
+
+
+class Watcher:
+    """An engine watching the GCS: each line it is told, with what the head's log held then."""
+
+    def __init__(self, said: list[str]) -> None:
+        self.said, self.told = said, list[tuple[str, list[str]]]()
+
+    def sendall(self, data: bytes) -> None:
+        self.told.append((data.decode().strip(), list(self.said)))
+
+
+def test_the_head_says_a_join_and_a_death_before_it_tells_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI read the head's log the moment the engine exited on "dead w1" and found no "marked
+    dead": the head told its watchers first and said it after."""
+    said: list[str] = []
+    monkeypatch.setattr(ray_standin, "say", said.append)
+    monkeypatch.setenv(ray_standin.CHECK_PERIOD_ENV, "1")
+    gcs = ray_standin.Gcs("head")
+    engine = Watcher(said)
+    gcs.watchers.append(engine)  # type: ignore[arg-type]
+    joined, raylet = socket.socketpair()
+    raylet.shutdown(socket.SHUT_WR)  # the worker's raylet gone once it has joined
+    gcs._join(joined, "w1")
+    raylet.close()
+    joined.close()
+    told = dict(engine.told)
+    assert any(line.startswith("node w1 joined") for line in told["nodes head w1"]), told
+    assert any(line.startswith("node w1 marked dead") for line in told["dead w1"]), told

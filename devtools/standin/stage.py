@@ -96,18 +96,22 @@ def docker_exec(
     Through Docker's own CLI, not docker-py's ``exec_run``: that one reads the command's output
     from the raw socket after ``http.client`` has read the 101 answer through a buffer, so what
     the command wrote before the caller read that answer (a fast command, a starved caller) is
-    lost, with exit code 0 (docker-py #2042; ``tests/devtools/test_docker_exec.py``).
+    lost, its exit code kept (docker-py #2042; ``tests/devtools/test_docker_exec.py``). A refused
+    exec raises: its exit code 1 would read as the command's.
     """
     command = ["docker", *(["--host", host] if host else []), "exec"]
     for key, value in (env or {}).items():
         command += ["--env", f"{key}={value}"]
     command += ["--workdir", workdir] if workdir else []
     done = subprocess.run([*command, container, *argv], capture_output=True, check=False)
-    return (
-        done.returncode,
-        done.stdout.decode(errors="replace"),
-        done.stderr.decode(errors="replace"),
-    )
+    out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    if done.returncode != 0 and err.startswith(DOCKER_REFUSED):  # not the command's own code
+        raise RuntimeError(f"docker exec in {container} refused: {err.strip()}")
+    return done.returncode, out, err
+
+
+#: How Docker's CLI says it ran no command (no such container, one not running).
+DOCKER_REFUSED = ("Error response from daemon:", "Error: No such container")
 
 
 def free_port() -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
 import httpx
 
 from devtools.standin.stage import Stage, free_port
@@ -160,9 +161,13 @@ def wait_healthy(
 
 
 def cpu_seconds(client: docker.DockerClient, container: str) -> float:
-    """The CPU a container has used so far: tells a starved boot from a stuck one."""
-    stats: dict[str, Any] = client.containers.get(container).stats(stream=False)  # type: ignore[assignment]
-    return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+    """The CPU a container has used so far: tells a starved boot from a stuck one (NaN when
+    Docker cannot say: the timeout's own message must not be lost to it)."""
+    try:
+        stats: dict[str, Any] = client.containers.get(container).stats(stream=False)  # type: ignore[assignment]
+        return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+    except (docker.errors.DockerException, KeyError):
+        return float("nan")
 
 
 def tail(client: docker.DockerClient, container: str, lines: int = 40) -> str:

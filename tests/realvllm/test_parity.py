@@ -98,8 +98,11 @@ def chat(
     return seen
 
 
-def streamed(port: int, model: str, max_tokens: int) -> dict[str, Any]:
-    """A streamed answer read to its end: status, the last finish reason, [DONE] or not."""
+def streamed(
+    port: int, model: str, max_tokens: int, begun: threading.Event | None = None
+) -> dict[str, Any]:
+    """A streamed answer read to its end: status, the last finish reason, [DONE] or not;
+    ``begun`` is set at its first token (the engine is running it)."""
     body = {**chat_body(model, max_tokens, "Tell me a long story."), "stream": True}
     seen: dict[str, Any] = {"status": None, "finish_reason": None, "done": False}
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -112,6 +115,8 @@ def streamed(port: int, model: str, max_tokens: int) -> dict[str, Any]:
                     seen["done"] = True
                 elif data.startswith("{"):
                     for choice in json.loads(data).get("choices") or []:
+                        if begun is not None and (choice.get("delta") or {}).get("content"):
+                            begun.set()
                         finish = choice.get("finish_reason")
                         if finish is not None:
                             seen["finish_reason"] = (
@@ -162,15 +167,18 @@ def draining(e: Engine, stage: Stage) -> dict[str, Any]:
     name, port = e.start("--shutdown-timeout", "60")
     e_wait(e, stage, name, port)
     running: dict[str, Any] = {}
+    begun = threading.Event()
 
     def long() -> None:
-        running.update(streamed(port, e.model, max_tokens=960))
+        running.update(streamed(port, e.model, max_tokens=960, begun=begun))
 
     user = threading.Thread(target=long, daemon=True)
     user.start()
-    wait_for(  # or ended: then said below with what it answered (CI once saw neither in 60 s)
+    # Its first token says it runs: the real engine's 960 tokens may take only 2 s, which a
+    # scrape of /metrics on a loaded box can miss whole (CI under stress-ng: ended, never seen).
+    wait_for(  # or ended: then said below with what it answered
         f"the long answer running on the {e.kind}",
-        lambda: parse(metrics_text(port)).running or not user.is_alive(),
+        lambda: begun.is_set() or not user.is_alive() or parse(metrics_text(port)).running,
         timeout=60,
     )
     assert user.is_alive(), f"the {e.kind}'s long answer ended before it ran: {running}"

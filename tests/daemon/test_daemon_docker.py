@@ -694,7 +694,7 @@ def test_a_docker_that_accepts_and_never_answers_fails_calls_at_the_timeout(
     """Every Docker call has a timeout: against a socket that accepts and never answers, the
     loop gives each call up at ``docker.timeout``, says so, and is never wedged, so it keeps
     the watchdog's lease (a loop wedged past its lease stops the pings: the test above)."""
-    from tests.kits.blinkproxy import HungEngine
+    from tests.kits.dockersockets import HungEngine
 
     llm, port = stage.llm("llm")
     wait_healthy(port)

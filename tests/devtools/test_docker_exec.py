@@ -9,19 +9,15 @@ loses both streams; Docker's CLI, which ``docker_exec`` runs, reads them whole.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import socket
-import tempfile
-import threading
-from pathlib import Path
 
 import pytest
 
 from devtools.standin.stage import Stage, docker_exec
 from tests.kits.daemonkit import wait_for
+from tests.kits.dockersockets import DockerRelay, Link
 
-ENGINE = "/var/run/docker.sock"
 ARGV = ["sh", "-c", "echo out; echo err >&2; exit 3"]
 
 
@@ -34,56 +30,20 @@ def behind_the_101(data: bytes) -> int:
     return len(data.partition(b"\r\n\r\n")[2])
 
 
-class LateReader:
+class LateReader(DockerRelay):
     """A Docker socket whose caller gets each 101 answer only once the command has ended: the
     answer and the command's output reach it in one piece."""
 
     def __init__(self) -> None:
         self.held = 0
-        self.path = Path(tempfile.mkdtemp(prefix="sw-late-")) / "docker.sock"
-        self.url = f"unix://{self.path}"
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(str(self.path))
-        self._server.listen(16)
-        self._accepting = threading.Thread(target=self._accept, daemon=True)
-        self._accepting.start()
+        super().__init__("sw-late-")
 
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                caller, _ = self._server.accept()
-                engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                engine.connect(ENGINE)
-                ends = threading.Barrier(
-                    2, action=lambda c=caller, e=engine: (c.close(), e.close())
-                )
-                for source, sink, hold in ((caller, engine, False), (engine, caller, True)):
-                    threading.Thread(
-                        target=self._relay, args=(source, sink, hold, ends), daemon=True
-                    ).start()
-
-    def _relay(
-        self, source: socket.socket, sink: socket.socket, hold: bool, ends: threading.Barrier
-    ) -> None:
-        """One direction; its end is passed on as a half-close, the pair closed when both end."""
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if hold and data.startswith(b"HTTP/1.1 101"):
-                    while behind_the_101(data) < FRAMES and (more := source.recv(65536)):
-                        data += more  # the command's output, held with the answer
-                    self.held += 1
-                sink.sendall(data)
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-        ends.wait()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept
-        self._server.close()
-        self._accepting.join(5)
-        self.path.unlink(missing_ok=True)
-        self.path.parent.rmdir()
+    def downward(self, data: bytes, link: Link) -> bytes | None:
+        if data.startswith(b"HTTP/1.1 101"):
+            while behind_the_101(data) < FRAMES and (more := link.engine.recv(65536)):
+                data += more  # the command's output, held with the answer
+            self.held += 1
+        return data
 
 
 @pytest.fixture

@@ -775,7 +775,7 @@ def test_sighup_mid_run_finishes_the_run_then_rereads_the_config(
 def test_a_retried_pause_that_had_landed_is_recorded_and_resumed(
     stage: Stage, make_config: Any
 ) -> None:
-    from tests.kits.blinkproxy import BlinkProxy
+    from tests.kits.dockersockets import BlinkProxy
 
     llm, port, stt = serving(stage)
     config = make_config([llm], port, [stt])

@@ -84,6 +84,10 @@ def skeleton(*extra: str) -> bytes:
     return buffer.getvalue()
 
 
+#: How Docker's CLI says it ran no command (no such container, one not running).
+DOCKER_REFUSED = ("Error response from daemon:", "Error: No such container")
+
+
 def docker_exec(
     container: str,
     argv: list[str],
@@ -108,10 +112,6 @@ def docker_exec(
     if done.returncode != 0 and err.startswith(DOCKER_REFUSED):  # not the command's own code
         raise RuntimeError(f"docker exec in {container} refused: {err.strip()}")
     return done.returncode, out, err
-
-
-#: How Docker's CLI says it ran no command (no such container, one not running).
-DOCKER_REFUSED = ("Error response from daemon:", "Error: No such container")
 
 
 def free_port() -> int:

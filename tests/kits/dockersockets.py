@@ -18,7 +18,8 @@ ENGINE = "/var/run/docker.sock"
 
 
 class UnixListener:
-    """A Unix socket in a fresh temp folder whose connections go to ``serve``, one at a time."""
+    """A Unix socket in a fresh temp folder; ``serve`` is handed each connection on the accept
+    thread, so it must hand the work on (a thread) or keep the connection, not block."""
 
     def __init__(self, prefix: str) -> None:
         self.path = Path(tempfile.mkdtemp(prefix=prefix)) / "docker.sock"
@@ -69,7 +70,7 @@ class Link:
 
 
 #: What a relay's subclass sees of each chunk: it returns what passes on, or None to cut.
-Hook = Callable[[bytes, Link], "bytes | None"]
+Hook = Callable[[bytes, Link], bytes | None]
 
 
 class DockerRelay(UnixListener):

@@ -1,5 +1,6 @@
 """scripts/test's layout holds: a test of a module that shares a costly fixture runs on the one
-worker that makes it, and the two phases split the suite between them (docs/testing.md)."""
+worker that makes it, the two phases split the suite between them, and the real engine boots only
+in the first (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,25 @@ def test_tests_that_share_a_module_fixture_run_on_one_worker(tmp_path: Path) -> 
 def test_the_alone_phase_runs_only_the_tests_marked_alone(tmp_path: Path) -> None:
     lines = run_phase(tmp_path, "--phase", "alone")
     assert [line[0] for line in lines] == ["alone"]
+
+
+def collected(*args: str) -> list[str]:
+    """The suite's own test ids a phase selects (collected only, nothing run)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode in (0, 5), result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_the_real_engine_boots_only_in_the_alone_phase() -> None:
+    """CI once starved a real boot beside the parallel phase (56 s of CPU in 240 s)."""
+    alone = collected("--phase", "alone", "-m", "realvllm", "tests/realvllm")
+    parallel = collected("--phase", "parallel", "-m", "realvllm", "tests/realvllm")
+    assert len(alone) >= 12 and all(t.startswith("tests/realvllm/") for t in alone), alone
+    assert parallel == [], parallel

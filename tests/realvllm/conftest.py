@@ -1,7 +1,10 @@
 """The real-engine tier: vLLM's own CPU build (``devtools/realvllm``) in real containers.
 
-Every test here runs on one worker, one real engine at a time: a boot takes both of CI's cores
-for half a minute, and two at once starve each other past any sound timeout.
+Every test here runs in scripts/test's first phase, ``alone``, one real engine at a time and
+nothing else beside it: a boot needs about 40 s of CPU, single-threaded, and beside the parallel
+phase it gets too little of it. Under cgroup v1 every host process at the root weighs as much as
+the engine's whole container: CI's run saw 56 s of CPU in 240 s (a quarter of a core), and two
+engines at once starve each other past any sound timeout.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ GROUP = "realvllm"
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test here: on the real engine's one worker, selected by ``-m realvllm``."""
+    """Every test here: alone, selected by ``-m realvllm``, on one worker if run in parallel.
+
+    Before the phases are chosen (tests/conftest.py's hook, registered first, runs after this)."""
     for item in items:
         if item.path.parent == Path(__file__).parent:
             item.add_marker(pytest.mark.docker)
             item.add_marker(pytest.mark.realvllm)
+            item.add_marker(pytest.mark.alone)
             item.add_marker(pytest.mark.xdist_group(GROUP))
 
 

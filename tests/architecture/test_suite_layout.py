@@ -45,17 +45,24 @@ def run_phase(tmp_path: Path, *args: str) -> list[list[str]]:
     (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F403\n")
     (tmp_path / "test_layout_sample.py").write_text(textwrap.dedent(MODULE))
     where = tmp_path / f"where-{len(list(tmp_path.glob('where-*')))}"
+    pytest_in(tmp_path, *args, str(tmp_path), SW_WHERE=str(where), PYTHONPATH=str(ROOT))
+    return [line.split() for line in where.read_text().splitlines()]
+
+
+def pytest_in(folder: Path, *args: str, exits: tuple[int, ...] = (0,), **env: str) -> str:
+    """pytest run quietly in ``folder`` with ``env`` added; its output (any exit but ``exits``
+    fails: 5 is pytest's "no test selected")."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path)],
-        cwd=tmp_path,
-        env={**os.environ, "SW_WHERE": str(where), "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return [line.split() for line in where.read_text().splitlines()]
+    assert result.returncode in exits, result.stdout + result.stderr
+    return result.stdout
 
 
 def test_tests_that_share_a_module_fixture_run_on_one_worker(tmp_path: Path) -> None:
@@ -74,23 +81,14 @@ def test_the_alone_phase_runs_only_the_tests_marked_alone(tmp_path: Path) -> Non
     assert [line[0] for line in lines] == ["alone"]
 
 
-def collected(*args: str) -> list[str]:
-    """The suite's own test ids a phase selects (collected only, nothing run)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode in (0, 5), result.stdout + result.stderr
-    return [line for line in result.stdout.splitlines() if "::" in line]
-
-
 def test_the_real_engine_boots_only_in_the_alone_phase() -> None:
-    """CI once starved a real boot beside the parallel phase (56 s of CPU in 240 s)."""
-    alone = collected("--phase", "alone", "-m", "realvllm", "tests/realvllm")
-    parallel = collected("--phase", "parallel", "-m", "realvllm", "tests/realvllm")
-    assert len(alone) >= 12 and all(t.startswith("tests/realvllm/") for t in alone), alone
-    assert parallel == [], parallel
+    """CI once starved a real boot beside the parallel phase (56 s of CPU in 240 s): every test
+    of the tier, marked realvllm, is in the alone phase and none in the parallel one."""
+
+    def collected(*args: str) -> list[str]:
+        out = pytest_in(ROOT, "--collect-only", *args, "tests/realvllm", exits=(0, 5))
+        return [line for line in out.splitlines() if "::" in line]
+
+    tier = collected()
+    assert tier and collected("--phase", "alone", "-m", "realvllm") == tier
+    assert collected("--phase", "parallel") == []
